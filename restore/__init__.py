@@ -1,0 +1,28 @@
+"""restore: speech restoration with a guided rectified-flow diffusion transformer.
+
+    from restore import Restorer
+    Restorer().restore_file("interview.wav", "interview.restored.wav", sampler="flash")
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["Restorer", "load_model", "restore_file"]
+
+
+def __getattr__(name):  # lazy: `import restore` stays cheap (the training machine has no soundfile)
+    if name == "Restorer":
+        from .pipeline.restorer import Restorer
+        return Restorer
+    raise AttributeError(name)
+
+
+def load_model(model=None, **kwargs):
+    """A Restorer holding the model (default: the shipped one), ready for many files."""
+    from .pipeline.restorer import Restorer
+    return Restorer(model, **kwargs)
+
+
+def restore_file(input, output, *, model=None, plan="auto", device="auto", **options):
+    """Restore one file; see Restorer.restore_file for the options."""
+    return load_model(model, plan=plan, device=device).restore_file(input, output, **options)

@@ -1,0 +1,165 @@
+"""File and folder runs behind the CLI: output naming, skipping and resuming, reports, progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import audio
+from .errors import RestoreError, UsageError
+from .pipeline.restorer import Progress, Restorer
+
+REPORT_NAME = "restore-report.json"
+
+
+def list_audio(folder: Path) -> list[Path]:
+    """Audio files under `folder`, recursively, in a stable order; hidden files and partial outputs skipped."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith(".") and Path(name).suffix.lower() in audio.AUDIO_EXTENSIONS:
+                found.append(Path(root) / name)
+    return found
+
+
+def default_output(input: Path) -> Path:
+    if input.is_dir():
+        return input.with_name(input.name + "_restored")
+    ext = input.suffix.lower() if input.suffix.lower() in audio.WRITE_FORMATS else ".flac"
+    return input.with_name(input.stem + ".restored" + ext)
+
+
+def folder_output(input_root: Path, output_root: Path, path: Path, format: str | None) -> Path:
+    rel = path.relative_to(input_root)
+    ext = ("." + format.lstrip(".").lower()) if format else path.suffix.lower()
+    if ext not in audio.WRITE_FORMATS:
+        ext = ".flac"  # inputs libsndfile reads but cannot write (e.g. .opus) come out as FLAC
+    return output_root / rel.with_suffix(ext)
+
+
+class ProgressLine:
+    """One self-updating line on a terminal: file k/n, window, step."""
+
+    def __init__(self, enabled: bool, files: int = 1):
+        self.enabled, self.files, self.index = enabled, files, 0
+        self.last = 0.0
+
+    def file(self, index: int) -> None:
+        self.index = index
+
+    def __call__(self, p: Progress) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and p.step + 1 < p.steps:
+            return
+        self.last = now
+        done = (p.window + (p.step + 1) / p.steps) / p.windows
+        bar = "#" * int(done * 30)
+        head = f"[{self.index + 1}/{self.files}] " if self.files > 1 else ""
+        sys.stderr.write(f"\r{head}{Path(p.file).name[:40]} [{bar:<30}] window {p.window + 1}/{p.windows} "
+                         f"step {p.step + 1}/{p.steps}  ")
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def run(input: Path, output: Path | None, *, model: Path | None = None, plan: str = "auto", device: str = "auto",
+        format: str | None = None, overwrite: bool = False, report: Path | None = None, progress: bool = False,
+        echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr), **options) -> int:
+    """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed)."""
+    input = Path(input)
+    if not input.exists():
+        raise UsageError(f"{input}: no such file or folder")
+    output = Path(output) if output is not None else default_output(input)
+    if input.is_dir():
+        return _run_folder(input, output, model=model, plan=plan, device=device, format=format,
+                           overwrite=overwrite, report=report, progress=progress, echo=echo, **options)
+    if format:
+        raise UsageError("--format applies to folder runs; give the output file's extension instead")
+    audio.check_output(input, output, overwrite)
+    audio.probe(input)  # fail on a bad input before loading the model
+    restorer = Restorer(model, plan=plan, device=device)
+    line = ProgressLine(progress)
+    try:
+        rep = restorer.restore_file(input, output, progress=line, **options)
+    finally:
+        line.end()
+    for w in rep.warnings:
+        echo(f"warning: {w}")
+    echo(f"restored {input} -> {output} ({rep.seconds_audio:.1f} s of audio in {rep.seconds_wall:.1f} s, "
+         f"{rep.realtime:.2f}x realtime)")
+    if report:
+        write_json(report, {"files": [{"status": "restored", **rep.to_dict()}]})
+    return 0
+
+
+def _run_folder(input: Path, output: Path, *, model, plan, device, format, overwrite, report, progress, echo,
+                **options) -> int:
+    files = list_audio(input)
+    if not files:
+        raise UsageError(f"{input}: the folder holds no audio files ({', '.join(sorted(audio.WRITE_FORMATS))}, ...)")
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"{output}: is a file; a folder input needs an output folder")
+    if output.resolve() == input.resolve():
+        raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
+    if format and "." + format.lstrip(".").lower() not in audio.WRITE_FORMATS:
+        raise UsageError(f"--format {format}: cannot write that; use one of {', '.join(sorted(audio.WRITE_FORMATS))}")
+    report_path = report or output / REPORT_NAME
+    pairs = [(f, folder_output(input, output, f, format)) for f in files]
+    todo = [(i, o) for i, o in pairs if overwrite or not o.exists()]
+    skipped = len(pairs) - len(todo)
+    entries: list[dict] = [{"input": str(i), "output": str(o), "status": "skipped (output exists)"}
+                           for i, o in pairs if (i, o) not in todo]
+    summary = {"input": str(input), "output": str(output), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "settings": {k: v for k, v in options.items()}, "files": entries}
+    if skipped:
+        echo(f"{skipped} of {len(pairs)} files already restored; skipping them (use --overwrite to redo)")
+    restorer = Restorer(model, plan=plan, device=device) if todo else None
+    line = ProgressLine(progress, len(todo))
+    failed = 0
+    seconds_audio = seconds_wall = 0.0
+    for k, (src, dst) in enumerate(todo):
+        line.file(k)
+        try:
+            rep = restorer.restore_file(src, dst, progress=line, overwrite=True, **options)
+            entries.append({"status": "restored", **rep.to_dict()})
+            seconds_audio += rep.seconds_audio
+            seconds_wall += rep.seconds_wall
+            for w in rep.warnings:
+                line.end()
+                echo(f"warning: {src}: {w}")
+        except RestoreError as e:
+            failed += 1
+            line.end()
+            echo(f"error: {e}")
+            entries.append({"input": str(src), "output": str(dst), "status": "failed", "error": str(e)})
+        summary["files"] = entries
+        write_json(report_path, summary)  # after every file: an interrupted run still leaves a report
+    line.end()
+    restored = len(todo) - failed
+    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    summary["summary"] = {"restored": restored, "skipped": skipped, "failed": failed,
+                          "seconds_audio": round(seconds_audio, 2), "seconds_wall": round(seconds_wall, 2)}
+    write_json(report_path, summary)
+    rate = f", {seconds_audio / seconds_wall:.2f}x realtime" if seconds_wall else ""
+    echo(f"{restored} restored, {skipped} skipped, {failed} failed{rate}; report: {report_path}")
+    return 1 if failed else 0

@@ -1,0 +1,81 @@
+"""Command line: `restore INPUT -o OUTPUT`. Parses and forwards to restore.api; nothing else."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import RestoreError
+
+
+class Sampler(str, Enum):
+    pro = "pro"
+    flash = "flash"
+
+
+class PlanName(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Channels(str, Enum):
+    auto = "auto"
+    each = "each"
+    mix = "mix"
+
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@app.command(help="Restore damaged speech recordings: a file, or a folder of them (its tree is mirrored).")
+def restore(
+    input: Annotated[Path, typer.Argument(help="Audio file or folder of audio files.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file, or folder for a folder input. Default: beside the input, with '.restored' (file) or '_restored' (folder) added.")] = None,
+    sampler: Annotated[Sampler, typer.Option(help="pro: more steps, best quality; flash: fewer steps, faster.")] = Sampler.pro,
+    steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the sampler's own).")] = None,
+    guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the sampler noise; the same seed gives the same output.")] = 0,
+    transcript: Annotated[Optional[str], typer.Option(help="Transcript text, or a .txt file. Default: a sidecar NAME.txt if present.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    plan: Annotated[PlanName, typer.Option(help="Which engine runs what (auto picks for this machine).")] = PlanName.auto,
+    sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", help="Output sample rate (default: the input's).")] = None,
+    channels: Annotated[Channels, typer.Option(help="auto: restore identical channels once, else each; each: every channel; mix: downmix to mono.")] = Channels.auto,
+    format: Annotated[Optional[str], typer.Option("--format", help="Output extension for folder runs, e.g. flac (default: each input's own).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the shipped model in assets/).")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report (folder runs default to OUTPUT/restore-report.json).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks of errors.")] = False,
+) -> None:
+    from . import api
+
+    try:
+        code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, seed=seed,
+                       transcript=transcript, device=device, plan=plan.value, sample_rate=sample_rate,
+                       channels=channels.value, format=format, overwrite=overwrite, model=model, report=report,
+                       progress=not quiet and sys.stderr.isatty())
+    except RestoreError as e:
+        if debug:
+            traceback.print_exc()
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished outputs are kept; run the same command again to resume", err=True)
+        raise typer.Exit(130) from None
+    except Exception as e:  # an unexpected failure: one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+        typer.echo(f"error: {type(e).__name__}: {e} (run with --debug for details)", err=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()

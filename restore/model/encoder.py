@@ -1,0 +1,114 @@
+"""Condition encoders: semantic features of the degraded audio, and the transcript text encoder."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import CodecConfig, EncoderConfig, TextConfig
+from .layers import RMSNorm, SwiGLU, apply_rotary, rotary_tables
+
+
+def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """(n_mels, n_fft // 2 + 1) triangular filters on the HTK mel scale, area-normalised."""
+    def hz_to_mel(f):
+        return 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)
+
+    def mel_to_hz(m):
+        return 700.0 * (10.0 ** (np.asarray(m) / 2595.0) - 1.0)
+
+    freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
+    edges = mel_to_hz(np.linspace(hz_to_mel(20.0), hz_to_mel(sample_rate / 2), n_mels + 2))
+    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    fb = np.maximum(0.0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
+    return (fb * (2.0 / (hi - lo))).astype(np.float32)
+
+
+class SemanticEncoder(nn.Module):
+    """Degraded audio (B, N) -> features (B, T, out_dim) on the codec's frame grid (T = N / hop).
+
+    Log-mel frames aligned with the codec's frames, then a residual stack of 1-D convolutions.
+    It runs once per window, outside the sampler loop.
+    """
+
+    def __init__(self, config: EncoderConfig, codec: CodecConfig):
+        super().__init__()
+        self.config, self.codec = config, codec
+        self.register_buffer(
+            "fb", torch.from_numpy(mel_filterbank(codec.sample_rate, codec.n_fft, config.n_mels)), persistent=False
+        )
+        self.register_buffer("window", torch.hann_window(codec.n_fft, periodic=True), persistent=False)
+        w, k = config.width, config.kernel
+        self.inp = nn.Conv1d(config.n_mels, w, k, padding=k // 2)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({
+                "norm": nn.GroupNorm(1, w),
+                "conv": nn.Conv1d(w, w, k, padding=k // 2),
+                "proj": nn.Conv1d(w, w, 1),
+            })
+            for _ in range(config.layers)
+        )
+        self.out = nn.Linear(w, config.out_dim)
+
+    def log_mel(self, wave: torch.Tensor) -> torch.Tensor:
+        """(B, N) -> (B, n_mels, T) log-mel on the codec's frame grid."""
+        n_fft, hop = self.codec.n_fft, self.codec.hop
+        pad = (n_fft - hop) // 2
+        x = F.pad(wave.float(), (pad, pad)).unfold(-1, n_fft, hop) * self.window  # (B, T, n_fft)
+        power = torch.fft.rfft(x, dim=-1).abs().square()  # (B, T, bins)
+        mel = power @ self.fb.T  # (B, T, n_mels)
+        return torch.log(mel + 1e-6).transpose(1, 2) * 0.25
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        h = self.inp(self.log_mel(wave))  # (B, W, T)
+        for blk in self.blocks:
+            h = h + blk["proj"](F.gelu(blk["conv"](blk["norm"](h))))
+        return self.out(h.transpose(1, 2))  # (B, T, out_dim)
+
+
+class TextEncoder(nn.Module):
+    """Token ids (B, L) -> text states (B, L, width). Id 0 is the learned null token; every sequence
+    starts with it, and a text-free branch is the null token alone."""
+
+    def __init__(self, config: TextConfig, eps: float = 1e-6):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.width)
+        self.layers = nn.ModuleList(
+            nn.ModuleDict({
+                "attn_norm": RMSNorm(config.width, eps),
+                "qkv": nn.Linear(config.width, 3 * config.width, bias=True),
+                "o": nn.Linear(config.width, config.width, bias=False),
+                "mlp_norm": RMSNorm(config.width, eps),
+                "mlp": SwiGLU(config.width, config.width * 8 // 3),
+            })
+            for _ in range(config.layers)
+        )
+        self.norm = RMSNorm(config.width, eps)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, l = ids.shape
+        h = self.embed(ids)  # (B, L, Wt)
+        heads = self.config.heads
+        hd = self.config.width // heads
+        cos, sin = rotary_tables(l, hd, 10000.0, device=ids.device)
+        attn_mask = mask[:, None, None, :]  # (B, 1, 1, L): keys that exist
+        for layer in self.layers:
+            q, k, v = layer["qkv"](layer["attn_norm"](h)).view(b, l, 3, heads, hd).permute(2, 0, 3, 1, 4)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+            h = h + layer["o"](y.transpose(1, 2).reshape(b, l, -1))
+            h = h + layer["mlp"](layer["mlp_norm"](h))
+        return self.norm(h)
+
+
+def timestep_features(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """(B,) t in [0, 1] -> (B, dim) sinusoidal features."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    ang = (t.float() * 1000.0)[:, None] * freqs[None, :]
+    return torch.cat([ang.cos(), ang.sin()], dim=-1)

@@ -1,0 +1,135 @@
+"""Transformer pieces of the Qwen2-style trunk: RMSNorm, rotary self-attention, cross-attention,
+SwiGLU MLP, and the block that joins them under adaptive (timestep) modulation."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps)
+        if self.weight is not None:
+            x = x * self.weight.float()
+        return x.to(dtype)
+
+
+def rotary_tables(positions: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin tables of shape (T, head_dim // 2)."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    ang = torch.arange(positions, device=device, dtype=torch.float32)[:, None] * inv[None, :]
+    return ang.cos(), ang.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, T, hd); rotate the two halves of each head (Qwen2 / Llama convention)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = width // heads
+        self.q_proj = nn.Linear(width, width, bias=True)
+        self.k_proj = nn.Linear(width, width, bias=True)
+        self.v_proj = nn.Linear(width, width, bias=True)
+        self.o_proj = nn.Linear(width, width, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape  # (B, T, C)
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class CrossAttention(nn.Module):
+    """Attention from audio frames to text states. Position 0 of the text is the learned null token,
+    so a text-free branch (mask keeps position 0 only) gets a constant: o_proj(v_proj(null))."""
+
+    def __init__(self, width: int, heads: int, text_width: int):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = width // heads
+        self.q_proj = nn.Linear(width, width, bias=True)
+        self.k_proj = nn.Linear(text_width, width, bias=True)
+        self.v_proj = nn.Linear(text_width, width, bias=True)
+        self.o_proj = nn.Linear(width, width, bias=False)
+
+    def kv(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, l, _ = text.shape  # (B, L, Wt)
+        k = self.k_proj(text).view(b, l, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, hd)
+        v = self.v_proj(text).view(b, l, self.heads, self.head_dim).transpose(1, 2)
+        return k, v
+
+    def null_output(self, null_state: torch.Tensor) -> torch.Tensor:
+        """(Wt,) null text state -> (C,) the constant output of a text-free branch."""
+        return self.o_proj(self.v_proj(null_state))
+
+    def forward(self, x: torch.Tensor, text: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k, v = self.kv(text)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])  # mask (B, L) bool
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, width: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(width, intermediate, bias=False)
+        self.up_proj = nn.Linear(width, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (B, T, C), shift/scale (B, C)."""
+    return x * (1 + scale[:, None, :]) + shift[:, None, :]
+
+
+class Block(nn.Module):
+    """Pre-norm Qwen2 block with adaLN: self-attention, cross-attention to text, SwiGLU MLP.
+
+    `mod` (B, 6, C) holds shift/scale/gate for the self-attention and MLP sub-layers. The cross-attention
+    sub-layer is unmodulated so that its text-free output is a per-layer constant.
+    """
+
+    def __init__(self, width: int, heads: int, intermediate: int, text_width: int, eps: float):
+        super().__init__()
+        self.attn_norm = RMSNorm(width, eps, affine=False)
+        self.attn = SelfAttention(width, heads)
+        self.cross_norm = RMSNorm(width, eps)
+        self.cross = CrossAttention(width, heads, text_width)
+        self.mlp_norm = RMSNorm(width, eps, affine=False)
+        self.mlp = SwiGLU(width, intermediate)
+        self.ada = nn.Parameter(torch.zeros(6, width))  # per-layer offset to the shared modulation
+
+    def forward(self, x, mod, cos, sin, text, text_mask, cross_const=None):
+        """x (B, T, C); mod (B, 6, C); text (B, L, Wt) + text_mask (B, L), or cross_const (B, C) for
+        text-free rows (the precomputed null-token output)."""
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = (mod + self.ada).unbind(1)
+        x = x + gate_a[:, None] * self.attn(modulate(self.attn_norm(x), shift_a, scale_a), cos, sin)
+        if cross_const is not None:
+            x = x + cross_const[:, None, :]
+        else:
+            x = x + self.cross(self.cross_norm(x), text, text_mask)
+        x = x + gate_m[:, None] * self.mlp(modulate(self.mlp_norm(x), shift_m, scale_m))
+        return x

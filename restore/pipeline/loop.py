@@ -1,0 +1,30 @@
+"""The sampler loop: guidance and stepping over an engine's branch velocities, as a generator that
+yields after every step (the caller decides about progress and cancellation)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from ..config import SamplerConfig
+from ..sampling import combine, guided_steps, step, timesteps
+
+
+def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig, generator: torch.Generator,
+                     device: torch.device | str = "cpu") -> Iterator[tuple[int, torch.Tensor]]:
+    """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0.
+
+    Fresh noise for stochastic steps comes from the CPU `generator`, so a seed gives the same audio on
+    every engine and plan."""
+    ts = timesteps(cfg.steps, cfg.shift).tolist()
+    guided = guided_steps(cfg.steps, cfg.guided_until)
+    x = noise.float().to(device)
+    for i in range(cfg.steps):
+        vs = engine.velocities(x, ts[i], guided[i])
+        v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
+        fresh = None
+        if cfg.churn > 0 and ts[i + 1] > 0:
+            fresh = torch.randn(x.shape, generator=generator).to(device)
+        x = step(x, v.to(device), ts[i], ts[i + 1], cfg.churn, fresh)
+        yield i, x

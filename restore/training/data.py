@@ -1,0 +1,98 @@
+"""Training data on the device: staged int16 shards (scripts/prepare_data.py) held in device memory,
+assembled into fixed-shape training windows with their transcripts."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import text as text_mod
+
+
+@dataclass
+class Clip:
+    start: int    # offset in the concatenated audio
+    length: int
+    text: str
+    speaker: str
+
+
+def _load_bank(folder: Path, name: str, device) -> tuple[torch.Tensor, list[dict]]:
+    index = json.loads((folder / f"{name}.json").read_text())
+    shards = {s: np.load(folder / s) for s in sorted({e["shard"] for e in index})}
+    base, offsets = 0, {}
+    for s, arr in shards.items():
+        offsets[s] = base
+        base += len(arr)
+    audio = torch.from_numpy(np.concatenate(list(shards.values()))).to(device)  # int16, (total,)
+    for e in index:
+        e["start"] = offsets[e["shard"]] + e["offset"]
+    return audio, index
+
+
+class TrainingData:
+    """Random 30 s training windows: utterances placed one after another with short random gaps,
+    starting at a random point of the first one; some windows end early (zero tail), as the last
+    window of a file does at inference."""
+
+    def __init__(self, folder: str | Path, device, window: int, sample_rate: int = 16000,
+                 p_short: float = 0.25, max_gap_s: float = 0.4, seed: int = 0):
+        folder = Path(folder)
+        self.device, self.window, self.sr = device, window, sample_rate
+        self.p_short, self.max_gap = p_short, int(max_gap_s * sample_rate)
+        self.speech, index = _load_bank(folder, "speech", device)
+        self.clips = [Clip(e["start"], e["length"], e.get("text", ""), e["speaker"]) for e in index]
+        noise, nidx = _load_bank(folder, "noise", device)
+        self.noises = [noise[e["start"] : e["start"] + e["length"]].float() / 32768 for e in nidx]
+        self.noise_names = [e["path"] for e in nidx]
+        rir, ridx = _load_bank(folder, "rir", device)
+        self.rirs = [rir[e["start"] : e["start"] + e["length"]].float() / 32768 for e in ridx]
+        self.rir_names = [e["path"] for e in ridx]
+        self.rng = random.Random(seed)
+
+    def minutes(self) -> float:
+        return sum(c.length for c in self.clips) / self.sr / 60
+
+    def window_batch(self, batch: int) -> tuple[torch.Tensor, list[str | None], torch.Tensor]:
+        """(B, window) float clean audio at random gain, each window's transcript (None when any part
+        of it has none), and (B,) the number of samples before the zero tail."""
+        out = torch.zeros(batch, self.window, device=self.device)
+        texts: list[str | None] = []
+        ends: list[int] = []
+        for b in range(batch):
+            end = self.window
+            if self.rng.random() < self.p_short:
+                end = self.rng.randint(3 * self.sr, self.window)
+            pos, words, labelled = 0, [], True
+            first = True
+            while pos < end:
+                c = self.clips[self.rng.randrange(len(self.clips))]
+                skip = self.rng.randrange(c.length // 2) if first else 0
+                first = False
+                n = min(c.length - skip, end - pos)
+                out[b, pos : pos + n] = self.speech[c.start + skip : c.start + skip + n].float() / 32768
+                if c.text:
+                    w = text_mod.normalize(c.text).split()
+                    words += w[int(len(w) * skip / c.length) : int(round(len(w) * (skip + n) / c.length))]
+                else:
+                    labelled = False
+                last = pos + n
+                pos = last + self.rng.randint(0, self.max_gap)
+            texts.append(" ".join(words) if labelled and words else None)
+            ends.append(last)
+            gain_db = self.rng.uniform(-12.0, 6.0)
+            peak = out[b].abs().max().clamp_min(1e-4)
+            out[b] *= min(10 ** (gain_db / 20), 0.99 / peak.item())
+        return out, texts, torch.tensor(ends, device=self.device)
+
+
+def load_validation(folder: str | Path, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fixed validation windows: clean and degraded (B, window), already level-normalised."""
+    v = np.load(Path(folder) / "val.npz")
+    to = (lambda a: torch.from_numpy(a.astype(np.float32) / 32768).to(device))
+    return to(v["clean"]), to(v["degraded"])

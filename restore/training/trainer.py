@@ -1,0 +1,297 @@
+"""Rectified-flow training of the DiT on codec latents, with condition dropout so that the u, so and
+sot branches are all trained, bf16 autocast on the GPU, an EMA of the weights, resumable checkpoints,
+a JSONL log and a validation metric."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .. import text as text_mod
+from .. import weights
+from ..codec import build_codec
+from ..config import BaseConfig, CodecConfig, ModelConfig
+from ..model.dit import DiT, count_parameters
+from ..sampling import step as rf_step
+from ..sampling import timesteps
+from .data import TrainingData, load_validation
+from .degrade import DegradeConfig, Degrader
+
+LEVEL_RMS = 0.05  # degraded input is normalised to this RMS; the codec scale assumes it
+
+
+@dataclass(frozen=True)
+class TrainConfig(BaseConfig):
+    batch: int = 16
+    lr: float = 3e-4
+    warmup: int = 1000
+    weight_decay: float = 0.01
+    betas: tuple = (0.9, 0.99)
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    p_uncond: float = 0.1       # all conditions dropped: trains u
+    p_drop_text: float = 0.5    # text dropped (when present): trains so
+    t_mean: float = 0.0         # logit-normal timestep density (SD3)
+    t_std: float = 1.0
+    window_seconds: float = 30.0
+    minutes: float = 20.0       # wall-clock budget of one run
+    log_every: int = 50
+    val_every: int = 1000
+    ckpt_minutes: float = 3.0
+    seed: int = 0
+    compile: bool = True
+    bf16: bool = True
+
+
+def level_normalise(clean: torch.Tensor, degraded: torch.Tensor, lengths: torch.Tensor):
+    """Scale each pair so that the degraded content has RMS LEVEL_RMS (as the pipeline does)."""
+    rms = (degraded.square().sum(-1) / lengths.clamp_min(1)).sqrt().clamp_min(1e-5)
+    g = (LEVEL_RMS / rms)[:, None]
+    return clean * g, degraded * g
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, model_cfg: ModelConfig, codec_cfg: CodecConfig, data_dir: str | Path,
+                 out_dir: str | Path, device: str = "cuda", init: str | Path | None = None,
+                 degrade_cfg: DegradeConfig | None = None):
+        self.cfg, self.model_cfg, self.codec_cfg = cfg, model_cfg, codec_cfg
+        self.device = torch.device(device)
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(cfg.seed)
+        self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
+        self.data = TrainingData(data_dir, self.device, self.window, codec_cfg.sample_rate, seed=cfg.seed)
+        self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
+        # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
+        # target level arbitrary: training leaves it out.
+        degrade_cfg = dataclasses.replace(degrade_cfg or DegradeConfig(), p_gain=0.0)
+        self.degrader = Degrader(degrade_cfg, self.data.noises, self.data.rirs, self.data.noise_names,
+                                 self.data.rir_names)
+        self.codec = build_codec(codec_cfg).to(self.device)
+        self.model = DiT(model_cfg, codec_cfg).to(self.device)
+        if init is not None:
+            files = weights.load(init)
+            self.model.load_state_dict({k: v.float() for k, v in files.state.items()})
+        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            (no_decay if p.ndim < 2 or "embed" in name else decay).append(p)
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                      {"params": no_decay, "weight_decay": 0.0}],
+                                     lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
+        self.step = 0
+        self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # degradation parameters (CPU)
+        self.dgen = torch.Generator(device=self.device).manual_seed(cfg.seed + 2)  # noise, t (device)
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        self.log_path = self.out / "log.jsonl"
+        self.started = time.time()
+        self.elapsed_before = 0.0
+
+    # ---- state ----
+    def save_checkpoint(self) -> None:
+        state = {"model": self.model.state_dict(), "ema": self.ema.state_dict(), "opt": self.opt.state_dict(),
+                 "step": self.step, "gen": self.gen.get_state(), "dgen": self.dgen.get_state(),
+                 "rng": self.data.rng.getstate(), "elapsed": self.elapsed(),
+                 "config": {"train": self.cfg.to_dict(), "model": self.model_cfg.to_dict(),
+                            "codec": self.codec_cfg.to_dict()}}
+        tmp = self.out / "ckpt.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.out / "ckpt.pt")
+
+    def resume(self) -> bool:
+        path = self.out / "ckpt.pt"
+        if not path.exists():
+            return False
+        state = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.ema.load_state_dict(state["ema"])
+        self.opt.load_state_dict(state["opt"])
+        self.step = state["step"]
+        self.gen.set_state(state["gen"])
+        self.dgen.set_state(state["dgen"])
+        self.data.rng.setstate(state["rng"])
+        self.elapsed_before = state.get("elapsed", 0.0)
+        return True
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.started
+
+    def export(self, folder: str | Path, info: dict | None = None) -> list[Path]:
+        base = {"train_steps": self.step, "train_seconds": round(self.elapsed(), 1),
+                "parameters": count_parameters(self.model), "train_config": self.cfg.to_dict(),
+                "train_minutes_of_speech": round(self.data.minutes(), 1)}
+        return weights.save(folder, self.model_cfg, self.codec_cfg, self.ema.state_dict(), {**base, **(info or {})})
+
+    def log(self, **record) -> None:
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # ---- one step ----
+    def batch(self):
+        cfg = self.cfg
+        clean, texts, lengths = self.data.window_batch(cfg.batch)
+        degraded, _ = self.degrader(clean, self.gen)
+        keep = torch.arange(self.window, device=self.device)[None] < lengths[:, None]
+        degraded = degraded * keep  # the pipeline zero-pads the degraded input, so padding stays silent
+        clean, degraded = level_normalise(clean, degraded, lengths)
+        b = cfg.batch
+        use_cond = torch.rand(b, generator=self.gen) >= cfg.p_uncond
+        keep_text = torch.rand(b, generator=self.gen) >= cfg.p_drop_text
+        texts = [t if (t and use_cond[i] and keep_text[i]) else None for i, t in enumerate(texts)]
+        ids, mask = text_mod.batch(texts, self.model_cfg.text.max_tokens, self.device)
+        if cfg.compile:  # a fixed text length avoids recompiles
+            pad = self.model_cfg.text.max_tokens - ids.shape[1]
+            ids = torch.nn.functional.pad(ids, (0, pad), value=text_mod.PAD_ID)
+            mask = torch.nn.functional.pad(mask, (0, pad), value=False)
+        frames = (lengths + self.codec.hop - 1) // self.codec.hop
+        frame_mask = torch.arange(self.window // self.codec.hop, device=self.device)[None] < frames[:, None]
+        return clean, degraded, use_cond.to(self.device), ids, mask, frame_mask
+
+    def train_step(self, batch) -> float:
+        cfg = self.cfg
+        clean, degraded, use_cond, ids, mask, frame_mask = batch
+        with torch.no_grad():
+            x0 = self.codec.encode(clean)
+            obs = self.codec.encode(degraded)
+        b = x0.shape[0]
+        t = torch.sigmoid(cfg.t_mean + cfg.t_std * torch.randn(b, device=self.device, generator=self.dgen))
+        eps = torch.randn(x0.shape, device=self.device, generator=self.dgen)
+        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
+        target = eps - x0
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
+            v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
+        err = (v.float() - target).square().mean(-1)  # (B, T)
+        loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        lr = cfg.lr * min(1.0, (self.step + 1) / cfg.warmup)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.step()
+        self.step += 1
+        d = min(cfg.ema_decay, (1 + self.step) / (10 + self.step))
+        with torch.no_grad():
+            for pe, pm in zip(self.ema.parameters(), self.model.parameters()):
+                pe.lerp_(pm, 1 - d)
+        return loss.item()
+
+    # ---- validation ----
+    @torch.no_grad()
+    def validate(self, steps: int = 8) -> dict:
+        """EMA model on the fixed dev windows: flow loss at fixed t, and an unguided `steps`-step sample
+        scored by SI-SDR and log-spectral distance against the clean reference."""
+        clean, deg = self.val_clean, self.val_degraded
+        b = clean.shape[0]
+        x0, obs = self.codec.encode(clean), self.codec.encode(deg)
+        ids, mask = text_mod.batch([None] * b, self.model_cfg.text.max_tokens, self.device)
+        use = torch.ones(b, dtype=torch.bool, device=self.device)
+        g = torch.Generator(device=self.device).manual_seed(123)
+        eps = torch.randn(x0.shape, device=self.device, generator=g)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
+            ctx = self.ema.context(deg, obs, use, ids, mask)
+            losses = []
+            for tv in (0.2, 0.5, 0.8):
+                t = torch.full((b,), tv, device=self.device)
+                v = self.ema.velocity((1 - tv) * x0 + tv * eps, t, ctx)
+                losses.append((v.float() - (eps - x0)).square().mean().item())
+            x = eps
+            ts = timesteps(steps, 1.0).tolist()
+            for i in range(steps):
+                v = self.ema.velocity(x, torch.full((b,), ts[i], device=self.device), ctx)
+                x = rf_step(x, v, ts[i], ts[i + 1])
+        out = self.codec.decode(x)
+        return {"val_loss": sum(losses) / 3, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
+                "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean)}
+
+    def batches(self, depth: int = 3):
+        """Batches built ahead in a background thread on its own CUDA stream, so that assembling
+        windows and degrading them overlaps the training step instead of adding to it."""
+        if self.device.type != "cuda":
+            while True:
+                yield self.batch()
+        q: queue.Queue = queue.Queue(maxsize=depth)
+        stream = torch.cuda.Stream(self.device)
+        stop = threading.Event()
+
+        def produce():
+            try:
+                with torch.cuda.stream(stream):
+                    while not stop.is_set():
+                        b = self.batch()
+                        stream.synchronize()
+                        q.put(b)
+            except BaseException as e:  # surface the producer's failure in the training loop
+                q.put(e)
+
+        worker = threading.Thread(target=produce, daemon=True)
+        worker.start()
+        try:
+            while True:
+                b = q.get()
+                if isinstance(b, BaseException):
+                    raise b
+                for t in b:
+                    if isinstance(t, torch.Tensor) and t.is_cuda:
+                        t.record_stream(torch.cuda.current_stream(self.device))  # keep memory until used
+                yield b
+        finally:
+            stop.set()
+
+    # ---- loop ----
+    def run(self) -> None:
+        cfg = self.cfg
+        budget = cfg.minutes * 60
+        start = time.time()
+        last_ckpt = time.time()
+        window_loss, window_t, data_s = [], time.time(), 0.0
+        batches = self.batches()
+        self.log(event="start", step=self.step, parameters=count_parameters(self.model),
+                 speech_minutes=round(self.data.minutes(), 1), device=str(self.device))
+        while time.time() - start < budget:
+            t0 = time.time()
+            batch = next(batches)
+            data_s += time.time() - t0
+            window_loss.append(self.train_step(batch))
+            if self.step % cfg.log_every == 0:
+                now = time.time()
+                self.log(step=self.step, loss=sum(window_loss) / len(window_loss),
+                         lr=self.opt.param_groups[0]["lr"], steps_per_s=len(window_loss) / (now - window_t),
+                         data_share=round(data_s / (now - window_t), 3), elapsed=round(self.elapsed(), 1))
+                window_loss, window_t, data_s = [], now, 0.0
+            if self.step % cfg.val_every == 0:
+                self.log(step=self.step, **self.validate())
+            if time.time() - last_ckpt > cfg.ckpt_minutes * 60:
+                self.save_checkpoint()
+                last_ckpt = time.time()
+        self.log(step=self.step, **self.validate())
+        self.save_checkpoint()
+
+
+def si_sdr(est: torch.Tensor, ref: torch.Tensor) -> float:
+    """Mean scale-invariant SDR in dB over a batch (B, N)."""
+    est, ref = est.double(), ref.double()
+    a = (est * ref).sum(-1, keepdim=True) / ref.square().sum(-1, keepdim=True).clamp_min(1e-12)
+    target = a * ref
+    ratio = target.square().sum(-1) / (est - target).square().sum(-1).clamp_min(1e-12)
+    return (10 * torch.log10(ratio.clamp_min(1e-12))).mean().item()
+
+
+def lsd(est: torch.Tensor, ref: torch.Tensor, n_fft: int = 512) -> float:
+    """Mean log-spectral distance (dB) over frames with reference energy."""
+    win = torch.hann_window(n_fft, device=est.device)
+    s = lambda x: torch.stft(x.float(), n_fft, n_fft // 4, window=win, return_complex=True).abs().square()
+    pe, pr = s(est), s(ref)
+    d = (10 * torch.log10(pe + 1e-10) - 10 * torch.log10(pr + 1e-10)).square().mean(1).sqrt()  # (B, frames)
+    active = pr.sum(1) > 1e-6 * pr.sum(1).amax(-1, keepdim=True)
+    return (d * active).sum().item() / active.sum().clamp_min(1).item()

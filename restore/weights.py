@@ -1,0 +1,91 @@
+"""Model files: a folder with `config.json` (carrying a format version) and safetensors shards.
+
+Weights are stored under the parameter names of the PyTorch reference; every backend uses the same
+names. Loading is offline and renames nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import CodecConfig, ModelConfig
+from .errors import InputError
+
+FORMAT_VERSION = 1
+SHARD_BYTES = 15 * 1024 * 1024  # under 16 MiB: the limit of files that come back from the GPU machine
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_MODEL = ASSETS / "model"
+
+
+@dataclass
+class ModelFiles:
+    model: ModelConfig
+    codec: CodecConfig
+    state: dict[str, torch.Tensor]
+    info: dict[str, Any] = field(default_factory=dict)  # provenance: data, steps, metrics
+
+
+def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict[str, torch.Tensor],
+         info: dict[str, Any] | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("model-*.safetensors"):
+        old.unlink()
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name in sorted(state):
+        t = state[name].detach().to("cpu", dtype if state[name].is_floating_point() else state[name].dtype)
+        t = t.contiguous()
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    paths = []
+    for i, shard in enumerate(shards):
+        p = folder / f"model-{i + 1:04d}-of-{len(shards):04d}.safetensors"
+        save_file(shard, str(p), metadata={"format_version": str(FORMAT_VERSION)})
+        paths.append(p)
+    config = {"format_version": FORMAT_VERSION, "model": model.to_dict(), "codec": codec.to_dict(),
+              "info": info or {}}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return paths
+
+
+def load(folder: str | Path | None = None) -> ModelFiles:
+    folder = Path(folder) if folder is not None else DEFAULT_MODEL
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise InputError(f"{folder}: not a model folder (no config.json)")
+    config = json.loads(cfg_path.read_text())
+    version = config.get("format_version")
+    if version != FORMAT_VERSION:
+        raise InputError(f"{folder}: model format version {version!r} is not supported (this build reads "
+                         f"version {FORMAT_VERSION})")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    if not shards:
+        raise InputError(f"{folder}: no weight files (model-*.safetensors)")
+    state: dict[str, torch.Tensor] = {}
+    for p in shards:
+        state.update(load_file(str(p)))
+    return ModelFiles(ModelConfig.from_dict(config.get("model")), CodecConfig.from_dict(config.get("codec")),
+                      state, config.get("info", {}))
+
+
+def build_model(files: ModelFiles, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+    """The PyTorch reference DiT with the weights loaded (strict: every name must match)."""
+    from .model.dit import DiT
+
+    model = DiT(files.model, files.codec)
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in files.state.items()}, strict=False)
+    if missing or unexpected:
+        raise InputError(f"model weights do not match the architecture: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    return model.to(device=device, dtype=dtype).eval()

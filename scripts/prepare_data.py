@@ -1,0 +1,116 @@
+"""Stage training data for the GPU machine, which has no audio decoders.
+
+Reads ../shared/data (speech, noise, RIR manifests), applies the speaker split in
+restore/training/split.json, resamples everything to the model rate and writes int16 .npy shards plus
+JSON indexes, and a fixed degraded validation set from the dev speakers with dev noises:
+
+    python scripts/prepare_data.py ../shared/data .stage/data [--pseudo .stage/pseudo_transcripts.json]
+
+Shards are at most --shard-mb MiB so that each fits in one transfer to the GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import librosa
+import numpy as np
+import soundfile as sf
+import torch
+
+from restore.training.degrade import DegradeConfig, Degrader
+
+SR = 16000
+SPLIT = Path(__file__).resolve().parent.parent / "restore" / "training" / "split.json"
+
+
+def load(path: Path) -> np.ndarray:
+    audio, sr = sf.read(path, dtype="float32", always_2d=True)
+    audio = audio[:, 0] if audio.shape[1] > 1 else audio[:, 0]
+    return librosa.resample(audio, orig_sr=sr, target_sr=SR) if sr != SR else audio
+
+
+def to_int16(x: np.ndarray) -> np.ndarray:
+    return (np.clip(x, -1, 32767 / 32768) * 32768).astype(np.int16)
+
+
+def write_shards(out: Path, name: str, clips: list[tuple[np.ndarray, dict]], shard_bytes: int) -> None:
+    """Concatenate clips into int16 shards; the index records shard, offset and length of each."""
+    index, buf, size, shard = [], [], 0, 0
+
+    def flush():
+        nonlocal buf, size, shard
+        if buf:
+            np.save(out / f"{name}_{shard:02d}.npy", np.concatenate(buf))
+            shard, buf, size = shard + 1, [], 0
+
+    for audio, meta in clips:
+        pcm = to_int16(audio)
+        if size and size + pcm.nbytes > shard_bytes:
+            flush()
+        index.append({**meta, "shard": f"{name}_{shard:02d}.npy", "offset": size // 2, "length": len(pcm)})
+        buf.append(pcm)
+        size += pcm.nbytes
+    flush()
+    (out / f"{name}.json").write_text(json.dumps(index, indent=0))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--pseudo", type=Path, help="JSON of pseudo-transcripts (scripts/pseudo_transcripts.py)")
+    ap.add_argument("--shard-mb", type=float, default=40.0)
+    ap.add_argument("--val-windows", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+    split = json.loads(SPLIT.read_text())
+    dev = set(split["dev_speakers"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    pseudo = json.loads(args.pseudo.read_text()) if args.pseudo and args.pseudo.exists() else {}
+    shard_bytes = int(args.shard_mb * 1024 * 1024)
+
+    train, val_speech = [], []
+    for r in csv.DictReader(open(args.data / "speech" / "manifest.csv")):
+        audio = load(args.data / r["path"])
+        text, kind = r["transcript"], "human"
+        if not text and r["path"] in pseudo:
+            text, kind = pseudo[r["path"]], "asr"
+        meta = {"path": r["path"], "speaker": r["speaker"], "text": text or "", "text_kind": kind if text else ""}
+        (val_speech if r["speaker"] in dev else train).append((audio, meta))
+    write_shards(args.out, "speech", train, shard_bytes)
+    print(f"speech: {len(train)} training clips, {sum(len(a) for a, _ in train) / SR / 60:.1f} min; "
+          f"{len(val_speech)} dev clips held out")
+
+    noises, dev_noises = [], []
+    for r in csv.DictReader(open(args.data / "noise" / "manifest.csv")):
+        item = (load(args.data / r["path"]), {"path": r["path"], "license": r["license"]})
+        (dev_noises if r["path"] in split["dev_noises"] else noises).append(item)
+    write_shards(args.out, "noise", noises, shard_bytes)
+    rirs, dev_rirs = [], []
+    for r in csv.DictReader(open(args.data / "rir" / "manifest.csv")):
+        item = (load(args.data / r["path"]), {"path": r["path"], "license": r["license"]})
+        (dev_rirs if r["path"] in split["dev_rirs"] else rirs).append(item)
+    write_shards(args.out, "rir", rirs, shard_bytes)
+    print(f"noise: {len(noises)} training recordings ({len(dev_noises)} held out); rir: {len(rirs)} "
+          f"({len(dev_rirs)} held out)")
+
+    # Validation: 30 s windows of dev speech, degraded with dev noises/RIRs only, fixed seed.
+    window = 30 * SR
+    speech = np.concatenate([a for a, _ in val_speech])
+    n = min(args.val_windows, len(speech) // window)
+    clean = torch.from_numpy(speech[: n * window].reshape(n, window).copy())
+    degrader = Degrader(DegradeConfig(), [torch.from_numpy(a) for a, _ in dev_noises],
+                        [torch.from_numpy(a) for a, _ in dev_rirs])
+    degraded, records = degrader(clean, torch.Generator().manual_seed(args.seed))
+    gain = 0.05 / degraded.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-5)
+    np.savez(args.out / "val.npz", clean=to_int16((clean * gain).numpy()), degraded=to_int16((degraded * gain).numpy()))
+    (args.out / "val.json").write_text(json.dumps(records, indent=0))
+    print(f"validation: {n} windows of 30 s; degradations: {[[e['kind'] for e in r] for r in records]}")
+
+
+if __name__ == "__main__":
+    main()

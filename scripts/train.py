@@ -1,0 +1,55 @@
+"""Train the restoration model (on the GPU machine, or briefly on a CPU to check the set-up).
+
+    python scripts/train.py --data /tmp/data --out /tmp/run --minutes 9 [--resume] [--init assets/model]
+        [--config '{"model": {"width": 384}, "train": {"batch": 16}}']
+
+Each run stops after --minutes of wall time with a checkpoint (out/ckpt.pt; --resume continues it) and
+exports the EMA weights to out/export as safetensors shards of at most 15 MiB plus config.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from restore.config import CodecConfig, ModelConfig  # noqa: E402
+from restore.training.trainer import TrainConfig, Trainer  # noqa: E402
+from restore.training.degrade import DegradeConfig  # noqa: E402
+
+DEFAULT_CODEC = {"scale": 3.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--minutes", type=float, default=None)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init", default=None, help="model folder to start from (e.g. the shipped model)")
+    ap.add_argument("--config", default="{}", help="JSON with optional model/codec/train/degrade sections")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--export-only", action="store_true", help="write out/export from the checkpoint and stop")
+    args = ap.parse_args()
+    over = json.loads(args.config)
+    train = dict(over.get("train", {}))
+    if args.minutes is not None:
+        train["minutes"] = args.minutes
+    if args.device == "cpu":
+        train.setdefault("compile", False)
+    trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(over.get("model")),
+                      CodecConfig.from_dict({**DEFAULT_CODEC, **over.get("codec", {})}), args.data, args.out,
+                      device=args.device, init=args.init, degrade_cfg=DegradeConfig.from_dict(over.get("degrade")))
+    if args.resume and trainer.resume():
+        print(f"resumed at step {trainer.step}", flush=True)
+    if not args.export_only:
+        trainer.run()
+    paths = trainer.export(Path(args.out) / "export")
+    print(f"step {trainer.step}; exported {[p.name for p in paths]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+import os
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+TINY_MODEL = {"width": 64, "layers": 2, "heads": 2, "intermediate": 128,
+              "encoder": {"width": 32, "layers": 1, "out_dim": 32},
+              "text": {"width": 32, "layers": 1, "heads": 2}}
+
+
+def speechlike(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
+    """A voiced, syllable-modulated harmonic signal with a little noise: enough structure for the
+    pipeline, no data files needed."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * sr)) / sr
+    f0 = 120 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / sr
+    x = sum(np.sin(k * phase) / k for k in range(1, 12))
+    envelope = np.clip(np.sin(2 * np.pi * 3.0 * t), 0, None) ** 2
+    return (0.1 * x * envelope + 0.003 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A randomly initialised tiny model folder (for plumbing tests only, never shipped)."""
+    from restore import weights
+    from restore.config import CodecConfig, ModelConfig
+    from restore.model.dit import DiT
+
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict(TINY_MODEL)
+    codec = CodecConfig(scale=3.0)
+    folder = tmp_path_factory.mktemp("tiny_model")
+    weights.save(folder, cfg, codec, DiT(cfg, codec).state_dict(), dtype=torch.float32)
+    return folder
+
+
+@pytest.fixture
+def wav(tmp_path):
+    """Write a speech-like file: wav(name, seconds, sr=16000, channels=1) -> path."""
+    def make(name="in.wav", seconds=2.0, sr=16000, channels=1, subtype=None):
+        x = speechlike(seconds, sr)
+        if channels > 1:
+            x = np.stack([x * (0.8 + 0.2 * c) for c in range(channels)], axis=1)
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(path, x, sr, subtype=subtype)
+        return path
+    return make

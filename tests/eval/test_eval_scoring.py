@@ -1,0 +1,92 @@
+"""The metric cache and the scoring loop: keys, re-use across runs, only new systems scored,
+paired summary against a baseline."""
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pesq")
+pytest.importorskip("pystoi")
+
+from eval.cache import MetricCache, cache_key  # noqa: E402
+from eval.inputs import discover  # noqa: E402
+from eval.scoring import score  # noqa: E402
+from eval.summary import summarise  # noqa: E402
+
+FAST = ["pesq", "stoi", "si_sdr"]
+
+
+def test_cache_roundtrip_and_key_parts(tmp_path):
+    cache = MetricCache(tmp_path / "c.sqlite")
+    assert cache.get("pesq", "v1", "aaa", "bbb") is None
+    cache.put("pesq", "v1", "aaa", "bbb", 3.25)
+    cache.put("dnsmos", "v1", "aaa", None, {"ovrl": 3.0})
+    cache.close()
+    cache = MetricCache(tmp_path / "c.sqlite")  # persisted
+    assert cache.get("pesq", "v1", "aaa", "bbb") == 3.25
+    assert cache.get("dnsmos", "v1", "aaa") == {"ovrl": 3.0}
+    assert cache.get("pesq", "v2", "aaa", "bbb") is None      # new metric version
+    assert cache.get("pesq", "v1", "aab", "bbb") is None      # other file content
+    assert cache.get("pesq", "v1", "aaa", "bbc") is None      # other reference
+    assert cache.get("stoi", "v1", "aaa", "bbb") is None      # other metric
+    assert (cache.hits, cache.misses) == (2, 4)
+    assert len({cache_key("m", "v", "f", None), cache_key("m", "v", "f", "r"), cache_key("m", "w", "f", None)}) == 3
+
+
+def test_scores_and_caches_then_only_new_system_is_computed(tiny_testset):
+    root, systems = tiny_testset
+    cache = MetricCache(None)
+    es = discover([str(systems / "copy")], testset=root)
+    rows, stats = score(es, FAST, cache, jobs=1, quiet=True)
+    # degraded and copy are byte-identical files: scored once; clean is the reference itself.
+    assert stats.computed == 6 * 4 and stats.cached == 0 and not stats.errors
+    assert len(rows) == 6 * 3
+    by = {(r["clip_id"], r["system"]): r for r in rows}
+    clip = es.clips[0].clip_id
+    assert by[(clip, "degraded")]["pesq"] == by[(clip, "copy")]["pesq"]
+    assert math.isnan(by[(clip, "clean")]["pesq"])
+    assert by[(clip, "degraded")]["si_sdr"] == pytest.approx(5.0, abs=0.2)  # built at 5 dB SNR
+    assert by[(clip, "degraded")]["lag_ms"] == 0.0
+
+    rows2, stats2 = score(es, FAST, cache, jobs=1, quiet=True)
+    assert stats2.computed == 0 and stats2.cached == 6 * 4
+    assert [r["pesq"] for r in rows2] == pytest.approx([r["pesq"] for r in rows], nan_ok=True)
+
+    es3 = discover([str(systems / "copy"), str(systems / "half")], testset=root)
+    _, stats3 = score(es3, FAST, cache, jobs=1, quiet=True)
+    assert stats3.computed == 6 * 4  # the four analyses of the six 'half' files, nothing else
+
+
+def test_summary_pairs_against_baseline(tiny_testset):
+    root, systems = tiny_testset
+    es = discover([str(systems / "half")], testset=root)
+    rows, _ = score(es, FAST, MetricCache(None), jobs=1, quiet=True)
+    s = summarise(rows, list(es.systems), "degraded", "degradation", n_resamples=500)
+    si = next(m for m in s.metrics if m.spec.key == "si_sdr")
+    # halving the noise amplitude adds 20*log10(2) = 6 dB of SI-SDR on every clip
+    assert si.delta["half"].mean == pytest.approx(6.0, abs=0.3)
+    assert si.verdict("half") == "better"
+    assert si.delta["degraded"].mean == 0.0
+    assert si.absolute["clean"].n == 0
+    assert s.groups == ["hum", "noise"] and s.group_sizes == {"hum": 3, "noise": 3}
+    assert s.checks["half"]["median_lag_ms"] == 0.0
+
+
+def test_failed_metric_is_reported_not_fatal(tiny_testset, write_wav):
+    root, systems = tiny_testset
+    for f in (systems / "copy").glob("*.wav"):
+        write_wav(f, np.zeros(1600, np.float32))  # silent, and far too short
+    es = discover([str(systems / "copy")], testset=root)
+    rows, stats = score(es, ["si_sdr"], MetricCache(None), jobs=1, quiet=True)
+    silent = [r for r in rows if r["system"] == "copy"]
+    assert all(r["length_diff_ms"] < -2000 for r in silent)
+    assert all(math.isnan(r["si_sdr"]) for r in silent)
+    assert len(stats.errors) == 6 and "silent estimate" in stats.errors[0]
+    assert all(r["si_sdr"] == pytest.approx(5.0, abs=0.2) for r in rows if r["system"] == "degraded")
+
+
+def test_unknown_metric_group(tiny_testset):
+    root, _ = tiny_testset
+    with pytest.raises(ValueError, match="unknown metric groups"):
+        score(discover(testset=root), ["bogus"], MetricCache(None), quiet=True)

@@ -1,0 +1,164 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from restore.training.degrade import KINDS, DegradeConfig, Degrader, degrade_clip
+from tests.conftest import speechlike
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return torch.from_numpy(speechlike(4.0, SR, seed=1))[None]
+
+
+def one(clean, kinds, seed=0, **cfg):
+    noises = [torch.from_numpy(np.random.default_rng(5).standard_normal(SR * 3).astype(np.float32))]
+    deg = Degrader(DegradeConfig(**cfg), noises=noises)
+    y, rec = deg(clean, torch.Generator().manual_seed(seed), kinds)
+    assert y.shape == clean.shape and torch.isfinite(y).all()
+    return y, rec[0]
+
+
+def db(p):
+    return 10 * math.log10(p)
+
+
+def band_power(x, lo, hi):
+    spec = torch.fft.rfft(x[0].double()).abs().square()
+    f = torch.fft.rfftfreq(x.shape[-1], 1 / SR)
+    return spec[(f >= lo) & (f < hi)].sum().item()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_reaches_the_target_snr(clean, seed):
+    y, rec = one(clean, ["noise"], seed)
+    (effect,) = rec
+    snr = db(clean.square().mean().item() / (y - clean).square().mean().item())
+    assert abs(snr - effect["snr_db"]) < 0.5
+    assert -5.0 <= effect["snr_db"] <= 30.0
+
+
+def test_synthetic_noise_also_reaches_the_target_snr(clean):
+    y, (effect,) = one(clean, ["noise"], 3, p_synthetic_noise=1.0)
+    assert effect["source"].startswith("synthetic")
+    snr = db(clean.square().mean().item() / (y - clean).square().mean().item())
+    assert abs(snr - effect["snr_db"]) < 0.5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bandlimit_removes_the_band_above_the_cutoff(clean, seed):
+    noisy = clean + 0.01 * torch.randn(clean.shape, generator=torch.Generator().manual_seed(seed))
+    y, (effect,) = one(noisy, ["bandlimit"], seed)
+    cut = effect["cutoff_hz"]
+    assert 2000 <= cut <= 7000
+    above_before, above_after = band_power(noisy, cut, SR / 2), band_power(y, cut, SR / 2)
+    assert db(above_after / above_before) < -40
+    below_before, below_after = band_power(noisy, 50, cut - 200), band_power(y, 50, cut - 200)
+    assert abs(db(below_after / below_before)) < 0.5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_clip_respects_the_level(clean, seed):
+    y, (effect,) = one(clean, ["clip"], seed)
+    level = effect["level_of_peak"] * clean.abs().max().item()
+    assert y.abs().max().item() <= level * (1 + 1e-6)
+    assert (y.abs() >= level * (1 - 1e-6)).sum() > 10  # something was actually clipped
+
+
+def test_same_seed_same_output_other_seed_other_output(clean):
+    a, ra = Degrader()(clean, torch.Generator().manual_seed(7))
+    b, rb = Degrader()(clean, torch.Generator().manual_seed(7))
+    c, _ = Degrader()(clean, torch.Generator().manual_seed(8))
+    assert torch.equal(a, b) and ra == rb
+    assert not torch.equal(a, c)
+
+
+def test_simulated_reverb_decays_at_the_drawn_rt60():
+    deg = Degrader()
+    from restore.training.degrade import _Draw
+    for rt60 in (0.3, 0.8, 1.4):
+        h = deg.simulated_rir(rt60, drr_db=-5.0, d=_Draw(torch.Generator().manual_seed(0)), device="cpu")
+        energy = h[1:].double().square().flip(0).cumsum(0).flip(0)  # Schroeder backward integral
+        edc = 10 * torch.log10(energy / energy[0])
+        t5, t25 = [(edc < -x).nonzero()[0].item() / SR for x in (5, 25)]
+        measured = 3 * (t25 - t5)  # T20 extrapolated to 60 dB
+        assert 0.6 * rt60 < measured < 1.3 * rt60
+
+
+def test_reverb_keeps_speech_time_aligned(clean):
+    y, (effect,) = one(clean, ["reverb"], 0)
+    assert effect["rir"] == "simulated"
+    xc = torch.fft.irfft(torch.fft.rfft(y[0], 2 * SR * 4) * torch.fft.rfft(clean[0], 2 * SR * 4).conj())
+    assert xc.abs().argmax().item() < 0.002 * SR  # the direct path stays at lag ~0
+
+
+def test_recorded_rir_is_aligned_to_its_direct_path(clean):
+    rir = torch.zeros(SR)
+    rir[400] = 1.0
+    rir[400 + 800] = 0.5
+    deg = Degrader(DegradeConfig(p_real_rir=1.0), rirs=[rir], rir_names=["test"])
+    y, rec = deg(clean, torch.Generator().manual_seed(0), ["reverb"])
+    assert rec[0][0]["rir"] == "test"
+    expected = clean[0] + 0.5 * torch.nn.functional.pad(clean[0], (800, 0))[: clean.shape[-1]]
+    assert torch.allclose(y[0], expected, atol=1e-4)
+
+
+def test_hum_at_mains_frequency_and_target_snr(clean):
+    y, (effect,) = one(clean, ["hum"], 2)
+    f0 = effect["f0_hz"]
+    hum = y - clean
+    assert abs(db(clean.square().mean().item() / hum.square().mean().item()) - effect["snr_db"]) < 0.5
+    assert band_power(hum, f0 - 2, f0 + 2) + band_power(hum, 2 * f0 - 2, 2 * f0 + 2) > 0.2 * band_power(hum, 0, SR / 2)
+
+
+def test_telephone_codec_is_band_limited_and_quantised(clean):
+    for seed in range(20):
+        y, (effect,) = one(clean, ["codec"], seed)
+        if effect["codec"] == "telephone-mulaw":
+            break
+    assert db(band_power(y, 3700, SR / 2) / band_power(clean, 3700, SR / 2)) < -30
+    assert band_power(y, 500, 3000) > 0.5 * band_power(clean, 500, 3000)
+
+
+def test_transform_codec_quantises_and_cuts_high_band(clean):
+    for seed in range(20):
+        y, (effect,) = one(clean, ["codec"], seed)
+        if effect["codec"] == "transform":
+            break
+    err = (y - clean).square().mean() / clean.square().mean()
+    assert 1e-4 < err.item() < 1.0
+    assert band_power(y, effect["cutoff_hz"] + 100, SR / 2) < 1e-3 * band_power(clean, 0, SR / 2)
+
+
+def test_dropout_zeroes_the_recorded_gaps(clean):
+    y, (effect,) = one(clean, ["dropout"], 4)
+    for start, length in effect["gaps_s"]:
+        a, b = int(start * SR), int((start + length) * SR)
+        assert y[0, a + 1 : b - 1].abs().max() == 0
+
+
+def test_gain_and_eq(clean):
+    y, (effect,) = one(clean, ["gain"], 1)
+    assert torch.allclose(y, clean * 10 ** (effect["gain_db"] / 20), rtol=1e-5)
+    y, (effect,) = one(clean, ["eq"], 1)
+    assert not torch.allclose(y, clean, atol=1e-3)
+    assert len(effect["peaks_hz_db"]) == 3
+
+
+def test_all_kinds_at_once_and_unknown_kind(clean):
+    y, rec = one(clean, list(KINDS), 0)
+    assert [e["kind"] for e in rec] == list(KINDS)
+    with pytest.raises(ValueError):
+        one(clean, ["telephone"], 0)
+
+
+def test_degrade_clip_numpy_api():
+    x = speechlike(2.0, SR)
+    y, rec = degrade_clip(x, seed=3, kinds=["noise", "clip"])
+    y2, rec2 = degrade_clip(x, seed=3, kinds=["noise", "clip"])
+    assert y.dtype == np.float32 and y.shape == x.shape
+    assert np.array_equal(y, y2) and rec == rec2
