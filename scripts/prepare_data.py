@@ -103,7 +103,7 @@ def main() -> None:
     speech = np.concatenate([a for a, _ in val_speech])
     n = min(args.val_windows, len(speech) // window)
     clean = torch.from_numpy(speech[: n * window].reshape(n, window).copy())
-    degrader = Degrader(DegradeConfig(), [torch.from_numpy(a) for a, _ in dev_noises],
+    degrader = Degrader(DegradeConfig(p_gain=0.0), [torch.from_numpy(a) for a, _ in dev_noises],  # as in training
                         [torch.from_numpy(a) for a, _ in dev_rirs])
     degraded, records = degrader(clean, torch.Generator().manual_seed(args.seed))
     gain = 0.05 / degraded.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-5)

@@ -79,9 +79,8 @@ def test_same_seed_same_output_other_seed_other_output(clean):
 
 def test_simulated_reverb_decays_at_the_drawn_rt60():
     deg = Degrader()
-    from restore.training.degrade import _Draw
     for rt60 in (0.3, 0.8, 1.4):
-        h = deg.simulated_rir(rt60, drr_db=-5.0, d=_Draw(torch.Generator().manual_seed(0)), device="cpu")
+        h = deg.simulated_rir(rt60, drr_db=-5.0, seed=0)
         energy = h[1:].double().square().flip(0).cumsum(0).flip(0)  # Schroeder backward integral
         edc = 10 * torch.log10(energy / energy[0])
         t5, t25 = [(edc < -x).nonzero()[0].item() / SR for x in (5, 25)]
@@ -162,3 +161,19 @@ def test_degrade_clip_numpy_api():
     y2, rec2 = degrade_clip(x, seed=3, kinds=["noise", "clip"])
     assert y.dtype == np.float32 and y.shape == x.shape
     assert np.array_equal(y, y2) and rec == rec2
+
+
+def test_batch_equals_clip_by_clip():
+    """Batching is an implementation detail: each clip gets what it would get alone."""
+    from restore.training.degrade import _Draw
+    x = torch.stack([torch.from_numpy(speechlike(2.0, SR, seed=s)) for s in range(6)])
+    noises = [torch.from_numpy(speechlike(3.0, SR, seed=9))]
+    deg = Degrader(DegradeConfig(p_noise=0.9, p_reverb=0.5, p_codec=0.5, p_dropout=0.5, p_eq=0.5), noises=noises)
+    d = _Draw(torch.Generator().manual_seed(11))
+    plans = [deg._draw(d, None, x.shape[-1]) for _ in range(len(x))]
+    assert len({tuple(p) for p in plans}) > 1  # clips got different effect sets
+    y, rec = deg.apply(x, plans)
+    for i in range(len(x)):
+        yi, ri = deg.apply(x[i : i + 1], plans[i : i + 1])
+        assert ri[0] == rec[i]
+        assert torch.allclose(yi[0], y[i], atol=1e-5)

@@ -1,8 +1,9 @@
 """The degradation simulator: damages clean speech the way real recordings are damaged.
 
-Seeded, composable, batched, device-agnostic torch (it runs on the GPU during training and on the CPU
-to build test sets). Each effect has its own probability and parameter range (DegradeConfig) and is
-applied in the order a signal meets them:
+Seeded, composable, device-agnostic torch, batched: parameters are drawn per clip on the CPU (so a
+seed gives the same choices everywhere), then every effect runs once over all the clips it applies to,
+without host synchronisation, so it keeps up with training on the GPU. Each effect has its own
+probability and parameter range (DegradeConfig) and they apply in the order a signal meets them:
 
   reverb -> eq -> noise -> hum -> clip -> bandlimit -> codec -> dropout -> gain
 
@@ -18,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..config import BaseConfig
 
@@ -67,28 +69,45 @@ class _Draw:
     def integer(self, lo: int, hi: int) -> int:  # inclusive
         return int(torch.randint(lo, hi + 1, (), generator=self.g).item())
 
-    def normal(self, shape, device) -> torch.Tensor:
-        return torch.randn(shape, generator=self.g).to(device)
+    def seed(self) -> int:
+        return int(torch.randint(0, 2**62, (), generator=self.g).item())
+
+
+def _randn(shape, seeds: list[int], device) -> torch.Tensor:
+    """Gaussian noise, one row per seed, drawn on `device` (deterministic per device)."""
+    out = torch.empty(shape, device=device)
+    for i, s in enumerate(seeds):
+        g = torch.Generator(device=device).manual_seed(s)
+        out[i] = torch.randn(shape[1:], generator=g, device=device)
+    return out
 
 
 def _power(x: torch.Tensor) -> torch.Tensor:
     return x.square().mean(-1)
 
 
-def _fft_filter(x: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
-    """Zero-phase filter: x (N,) times the magnitude response sampled on rfft bins of len(x) + pad."""
-    n = x.shape[-1]
-    pad = 2048
-    spec = torch.fft.rfft(torch.nn.functional.pad(x, (pad, pad)))
-    resp = torch.nn.functional.interpolate(response[None, None], size=spec.shape[-1], mode="linear",
-                                           align_corners=True)[0, 0]
-    return torch.fft.irfft(spec * resp, n=n + 2 * pad)[pad : pad + n]
+def _filter(x: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+    """Zero-phase filtering of rows x (S, N) by magnitude responses (S, R) sampled uniformly from 0 Hz to
+    Nyquist."""
+    n, pad = x.shape[-1], 2048
+    spec = torch.fft.rfft(F.pad(x, (pad, pad)))
+    resp = F.interpolate(response[:, None], size=spec.shape[-1], mode="linear", align_corners=True)[:, 0]
+    return torch.fft.irfft(spec * resp, n=n + 2 * pad)[:, pad : pad + n]
 
 
-def _fft_convolve(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+def _convolve(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Rows x (S, N) convolved with rows h (S, K), truncated to N."""
     n = x.shape[-1] + h.shape[-1] - 1
     size = 1 << (n - 1).bit_length()
-    return torch.fft.irfft(torch.fft.rfft(x, size) * torch.fft.rfft(h, size), size)[: x.shape[-1]]
+    return torch.fft.irfft(torch.fft.rfft(x, size) * torch.fft.rfft(h, size), size)[:, : x.shape[-1]]
+
+
+def _scale_to_snr(x: torch.Tensor, interference: torch.Tensor, snr_db: torch.Tensor) -> torch.Tensor:
+    """Interference scaled so that power(x) / power(scaled) = snr; zero where either is silent."""
+    px, pi = _power(x), _power(interference)
+    gain = torch.where((px > 0) & (pi > 0), torch.sqrt(px / (pi.clamp_min(1e-30) * 10 ** (snr_db / 10))),
+                       torch.zeros_like(px))
+    return interference * gain[:, None]
 
 
 class Degrader:
@@ -98,14 +117,16 @@ class Degrader:
                  rirs: Sequence[torch.Tensor] = (), noise_names: Sequence[str] | None = None,
                  rir_names: Sequence[str] | None = None):
         self.config = config or DegradeConfig()
-        self.noises = [n.float() for n in noises]
-        self.noise_names = list(noise_names or [f"noise{i}" for i in range(len(self.noises))])
-        self.rirs = [self._prepare_rir(r) for r in rirs]
-        self.rir_names = list(rir_names or [f"rir{i}" for i in range(len(self.rirs))])
+        self.noise_names = list(noise_names or [f"noise{i}" for i in range(len(noises))])
+        self.rir_names = list(rir_names or [f"rir{i}" for i in range(len(rirs))])
+        self.noise_lengths = [int(n.shape[0]) for n in noises]
+        self.noise_offsets = np.concatenate([[0], np.cumsum(self.noise_lengths)])[:-1].tolist()
+        self.noise_bank = torch.cat([n.float() for n in noises]) if len(noises) else torch.zeros(1)
+        self.rirs = torch.stack([self._prepare_rir(r) for r in rirs]) if len(rirs) else None
 
     def to(self, device) -> "Degrader":
-        self.noises = [n.to(device) for n in self.noises]
-        self.rirs = [r.to(device) for r in self.rirs]
+        self.noise_bank = self.noise_bank.to(device)
+        self.rirs = self.rirs.to(device) if self.rirs is not None else None
         return self
 
     # ---- public ----
@@ -114,83 +135,125 @@ class Degrader:
         """clean (B, N) -> degraded (B, N) and, per clip, the list of effects applied.
 
         With `kinds` given, exactly those effects are applied to every clip (in the fixed order);
-        otherwise each effect is drawn with its probability. `generator` must be a CPU generator.
-        """
+        otherwise each effect is drawn with its probability. `generator` must be a CPU generator."""
         if kinds is not None:
             unknown = set(kinds) - set(KINDS)
             if unknown:
                 raise ValueError(f"unknown degradation kinds {sorted(unknown)}; known: {KINDS}")
-        draw = _Draw(generator)
-        out, records = [], []
-        for x in clean.float():
-            y, rec = self._one(x, draw, kinds)
-            out.append(y)
-            records.append(rec)
-        return torch.stack(out), records
+        d = _Draw(generator)
+        b, n = clean.shape
+        plans = [self._draw(d, kinds, n) for _ in range(b)]
+        return self.apply(clean, plans)
 
-    # ---- one clip ----
-    def _one(self, x: torch.Tensor, d: _Draw, kinds):
-        c = self.config
-        rec: list[dict] = []
+    def apply(self, clean: torch.Tensor, plans: list[dict[str, dict]]) -> tuple[torch.Tensor, list[list[dict]]]:
+        """Apply drawn plans (one per clip), each effect once over all the clips it applies to."""
+        b = clean.shape[0]
+        x = clean.float().clone()
+        for kind in KINDS:
+            rows = [i for i in range(b) if kind in plans[i]]
+            if rows:
+                idx = torch.tensor(rows, device=x.device)
+                x[idx] = getattr(self, "_" + kind)(x[idx], [plans[i][kind] for i in rows])
+        records = [[{"kind": k, **{p: v for p, v in plan[k].items() if not p.startswith("_")}}
+                    for k in KINDS if k in plan] for plan in plans]
+        return torch.nan_to_num(x), records
+
+    # ---- parameter draws (CPU, per clip) ----
+    def _draw(self, d: _Draw, kinds, n: int) -> dict[str, dict]:
+        c, sr = self.config, self.config.sample_rate
         on = (lambda k, p: (k in kinds) if kinds is not None else d.chance(p))
+        plan: dict[str, dict] = {}
         if on("reverb", c.p_reverb):
-            x = self.reverb(x, d, rec)
+            if self.rirs is not None and d.chance(c.p_real_rir):
+                i = d.integer(0, len(self.rir_names) - 1)
+                plan["reverb"] = {"rir": self.rir_names[i], "_index": i}
+            else:
+                rt60, drr = d.uniform(*c.rt60), d.uniform(*c.drr_db)
+                refl = [(int(d.uniform(0.001, 0.05) * sr), (1 if d.chance(0.5) else -1) * d.uniform(0.1, 0.6))
+                        for _ in range(d.integer(6, 16))]
+                plan["reverb"] = {"rir": "simulated", "rt60_s": rt60, "drr_db": drr, "_reflections": refl,
+                                  "_seed": d.seed()}
         if on("eq", c.p_eq):
-            x = self.eq(x, d, rec)
+            peaks = [(d.uniform(1.0, 7.3), d.uniform(0.3, 1.5), d.uniform(-c.eq_db, c.eq_db)) for _ in range(3)]
+            plan["eq"] = {"tilt_db_per_octave": d.uniform(-2.0, 2.0),
+                          "peaks_hz_db": [[round(50 * 2**ctr), g] for ctr, _, g in peaks], "_peaks": peaks}
         if on("noise", c.p_noise):
-            x = self.noise(x, d, rec)
+            snr = d.uniform(*c.snr_db)
+            if not self.noise_lengths or d.chance(c.p_synthetic_noise):
+                slope = d.uniform(-1.0, 1.0)  # spectral slope: -1 brown-ish .. 0 white .. 1 blue-ish
+                plan["noise"] = {"snr_db": snr, "source": f"synthetic(slope={slope:.2f})", "_slope": slope,
+                                 "_seed": d.seed()}
+            else:
+                i = d.integer(0, len(self.noise_lengths) - 1)
+                plan["noise"] = {"snr_db": snr, "source": self.noise_names[i], "_index": i,
+                                 "_start": d.integer(0, self.noise_lengths[i] - 1)}
         if on("hum", c.p_hum):
-            x = self.hum(x, d, rec)
+            f0 = 50.0 if d.chance(0.5) else 60.0
+            snr = d.uniform(*c.hum_snr_db)
+            plan["hum"] = {"f0_hz": f0, "snr_db": snr,
+                           "_harmonics": [(d.uniform(0.0, 1.0) / k, d.uniform(0, 2 * math.pi)) for k in range(1, 9)]}
         if on("clip", c.p_clip):
-            x = self.clip(x, d, rec)
+            plan["clip"] = {"level_of_peak": d.uniform(*c.clip_fraction)}
         if on("bandlimit", c.p_bandlimit):
-            x = self.bandlimit(x, d.uniform(*c.bandwidth_hz), rec)
+            plan["bandlimit"] = {"cutoff_hz": d.uniform(*c.bandwidth_hz)}
         if on("codec", c.p_codec):
-            x = self.codec(x, d, rec)
+            if d.chance(0.5):
+                plan["codec"] = {"codec": "transform", "band_snr_db": d.uniform(*c.codec_snr_db),
+                                 "cutoff_hz": d.uniform(3500.0, 7000.0)}
+            else:
+                plan["codec"] = {"codec": "telephone-mulaw"}
         if on("dropout", c.p_dropout):
-            x = self.dropout(x, d, rec)
+            gaps = []
+            for _ in range(d.integer(*c.dropout_count)):
+                length = int(d.uniform(*c.dropout_ms) / 1000 * sr)
+                start = d.integer(0, max(0, n - length - 1))
+                gaps.append([start / sr, length / sr])
+            plan["dropout"] = {"gaps_s": gaps}
         if on("gain", c.p_gain):
-            g = d.uniform(*c.gain_db)
-            x = x * 10 ** (g / 20)
-            rec.append({"kind": "gain", "gain_db": g})
-        return torch.nan_to_num(x), rec
+            plan["gain"] = {"gain_db": d.uniform(*c.gain_db)}
+        return plan
 
-    # ---- effects (each takes one clip (N,) and appends its record) ----
-    def reverb(self, x, d: _Draw, rec):
-        c = self.config
-        if self.rirs and d.chance(c.p_real_rir):
-            i = d.integer(0, len(self.rirs) - 1)
-            h = self.rirs[i]
-            rec.append({"kind": "reverb", "rir": self.rir_names[i]})
-        else:
-            rt60, drr = d.uniform(*c.rt60), d.uniform(*c.drr_db)
-            h = self.simulated_rir(rt60, drr, d, x.device)
-            rec.append({"kind": "reverb", "rir": "simulated", "rt60_s": rt60, "drr_db": drr})
-        return _fft_convolve(x, h.to(x.device))
+    # ---- effects: rows x (S, N) and one parameter dict per row ----
+    def _reverb(self, x, params):
+        k = int(self.config.rir_seconds * self.config.sample_rate)
+        h = torch.zeros(len(params), k, device=x.device)
+        sim = [i for i, p in enumerate(params) if p["rir"] == "simulated"]
+        if sim:
+            h[sim] = self.simulated_rirs([params[i] for i in sim], x.device)
+        for i, p in enumerate(params):
+            if p["rir"] != "simulated":
+                h[i] = self.rirs[p["_index"]]
+        return _convolve(x, h)
 
-    def simulated_rir(self, rt60: float, drr_db: float, d: _Draw, device) -> torch.Tensor:
-        """Statistical room model: direct path at t=0, sparse early reflections (1-50 ms), and an
-        exponentially decaying noise tail whose decay is faster at high frequencies (air and wall
+    def simulated_rirs(self, params: list[dict], device) -> torch.Tensor:
+        """Statistical room model, (S, K): direct path at t = 0, sparse early reflections (1-50 ms), and
+        an exponentially decaying noise tail whose decay is faster at high frequencies (air and wall
         absorption). Tail energy sets the direct-to-reverberant ratio."""
         sr = self.config.sample_rate
         k = int(self.config.rir_seconds * sr)
+        s = len(params)
         t = torch.arange(k, device=device) / sr
-        h = torch.zeros(k, device=device)
-        h[0] = 1.0
-        for _ in range(d.integer(6, 16)):
-            delay = int(d.uniform(0.001, 0.05) * sr)
-            h[delay] += (1 if d.chance(0.5) else -1) * d.uniform(0.1, 0.6) * math.exp(-6.91 * delay / sr / rt60)
-        noise = d.normal((k,), device)
-        spec = torch.fft.rfft(noise)
+        rt60 = torch.tensor([p["rt60_s"] for p in params], device=device)[:, None]
+        drr = torch.tensor([p["drr_db"] for p in params], device=device)[:, None]
+        early = torch.zeros(s, k)
+        early[:, 0] = 1.0
+        for i, p in enumerate(params):
+            for delay, amp in p["_reflections"]:
+                early[i, delay] += amp * math.exp(-6.91 * delay / sr / p["rt60_s"])
+        spec = torch.fft.rfft(_randn((s, k), [p["_seed"] for p in params], device))
         freqs = torch.fft.rfftfreq(k, 1 / sr).to(device)
-        tail = torch.zeros(k, device=device)
+        tail = torch.zeros(s, k, device=device)
         for lo, hi, factor in ((0, 500, 1.25), (500, 4000, 1.0), (4000, sr / 2 + 1, 0.6)):
             band = torch.fft.irfft(spec * ((freqs >= lo) & (freqs < hi)), n=k)
             tail = tail + band * torch.exp(-6.91 * t / (rt60 * factor))
-        onset = torch.clamp((t - 0.002) / 0.01, 0, 1)  # the tail builds up after the direct sound
-        tail = tail * onset
-        tail = tail * math.sqrt(10 ** (-drr_db / 10) / tail.square().sum().clamp_min(1e-12).item())
-        return h + tail
+        tail = tail * torch.clamp((t - 0.002) / 0.01, 0, 1)  # the tail builds up after the direct sound
+        tail = tail * torch.sqrt(10 ** (-drr / 10) / tail.square().sum(-1, keepdim=True).clamp_min(1e-12))
+        return early.to(device) + tail
+
+    def simulated_rir(self, rt60: float, drr_db: float, seed: int = 0, device="cpu") -> torch.Tensor:
+        """One simulated RIR (K,) with no early reflections beyond the direct path."""
+        return self.simulated_rirs([{"rt60_s": rt60, "drr_db": drr_db, "_reflections": [], "_seed": seed}],
+                                   device)[0]
 
     def _prepare_rir(self, h: torch.Tensor) -> torch.Tensor:
         """Recorded RIR: start at the direct-path peak (keeps the speech time-aligned with the clean
@@ -199,138 +262,128 @@ class Degrader:
         h = h[int(h.abs().argmax()):]
         h = h / h.abs().max()
         k = int(self.config.rir_seconds * self.config.sample_rate)
-        return torch.nn.functional.pad(h[:k], (0, max(0, k - h.shape[0])))
+        return F.pad(h[:k], (0, max(0, k - h.shape[0])))
 
-    def eq(self, x, d: _Draw, rec):
+    def _eq(self, x, params):
         """Microphone colouring: a smooth random gain curve over log-frequency (a tilt plus three
         peaks or dips), applied zero-phase."""
-        c = self.config
-        grid = torch.linspace(0, 1, 257, device=x.device)  # linear frequency 0..Nyquist
-        logf = torch.log2(grid.clamp_min(1 / 256) * c.sample_rate / 2 / 50)  # octaves above 50 Hz
-        tilt = d.uniform(-2.0, 2.0)
-        db = tilt * (logf - logf.mean())
-        bands = []
-        for _ in range(3):
-            center, width, gain = d.uniform(1.0, 7.3), d.uniform(0.3, 1.5), d.uniform(-c.eq_db, c.eq_db)
-            db = db + gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
-            bands.append([round(50 * 2**center), gain])
-        rec.append({"kind": "eq", "tilt_db_per_octave": tilt, "peaks_hz_db": bands})
-        return _fft_filter(x, 10 ** (db / 20))
-
-    def noise(self, x, d: _Draw, rec):
-        c = self.config
-        n = x.shape[-1]
-        snr = d.uniform(*c.snr_db)
-        if not self.noises or d.chance(c.p_synthetic_noise):
-            colour = d.uniform(-1.0, 1.0)  # spectral slope: -1 brown-ish .. 0 white .. 1 blue-ish
-            spec = torch.fft.rfft(d.normal((n,), x.device))
-            f = torch.fft.rfftfreq(n, 1 / c.sample_rate).to(x.device).clamp_min(20.0)
-            noise = torch.fft.irfft(spec * (f / 1000.0) ** (colour / 2 * 2), n=n)
-            source = f"synthetic(slope={colour:.2f})"
-        else:
-            i = d.integer(0, len(self.noises) - 1)
-            bank = self.noises[i]
-            reps = -(-(n + bank.shape[0]) // bank.shape[0])
-            start = d.integer(0, bank.shape[0] - 1)
-            noise = bank.repeat(reps)[start : start + n]
-            source = self.noise_names[i]
-        px, pn = _power(x), _power(noise)
-        if px <= 0 or pn <= 0:
-            return x
-        noise = noise * torch.sqrt(px / (pn * 10 ** (snr / 10)))
-        rec.append({"kind": "noise", "snr_db": snr, "source": source})
-        return x + noise
-
-    def hum(self, x, d: _Draw, rec):
-        c = self.config
-        f0 = 50.0 if d.chance(0.5) else 60.0
-        snr = d.uniform(*c.hum_snr_db)
-        t = torch.arange(x.shape[-1], device=x.device) / c.sample_rate
-        hum = torch.zeros_like(x)
-        for k in range(1, 9):
-            hum = hum + d.uniform(0.0, 1.0) / k * torch.sin(2 * math.pi * f0 * k * t + d.uniform(0, 2 * math.pi))
-        px, ph = _power(x), _power(hum)
-        if px <= 0 or ph <= 0:
-            return x
-        rec.append({"kind": "hum", "f0_hz": f0, "snr_db": snr})
-        return x + hum * torch.sqrt(px / (ph * 10 ** (snr / 10)))
-
-    def clip(self, x, d: _Draw, rec):
-        frac = d.uniform(*self.config.clip_fraction)
-        level = frac * x.abs().max()
-        rec.append({"kind": "clip", "level_of_peak": frac})
-        return x.clamp(-level, level)
-
-    def bandlimit(self, x, cutoff: float, rec):
-        """Low-pass at `cutoff` Hz: flat below cutoff - 150 Hz, raised-cosine to zero at cutoff."""
         sr = self.config.sample_rate
-        f = torch.linspace(0, sr / 2, 2049, device=x.device)
+        grid = torch.linspace(0, 1, 257, device=x.device)
+        logf = torch.log2(grid.clamp_min(1 / 256) * sr / 2 / 50)  # octaves above 50 Hz
+        db = torch.zeros(len(params), 257, device=x.device)
+        for i, p in enumerate(params):
+            db[i] = p["tilt_db_per_octave"] * (logf - logf.mean())
+            for center, width, gain in p["_peaks"]:
+                db[i] += gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
+        return _filter(x, 10 ** (db / 20))
+
+    def _noise(self, x, params):
+        s, n = x.shape
+        sr = self.config.sample_rate
+        noise = torch.zeros_like(x)
+        rec = [i for i, p in enumerate(params) if "_index" in p]
+        if rec:
+            lengths = torch.tensor([self.noise_lengths[params[i]["_index"]] for i in rec], device=x.device)
+            offsets = torch.tensor([self.noise_offsets[params[i]["_index"]] for i in rec], device=x.device)
+            starts = torch.tensor([params[i]["_start"] for i in rec], device=x.device)
+            pos = (starts[:, None] + torch.arange(n, device=x.device)[None]) % lengths[:, None] + offsets[:, None]
+            noise[rec] = self.noise_bank[pos]  # each recording looped from a random start
+        syn = [i for i, p in enumerate(params) if "_slope" in p]
+        if syn:
+            spec = torch.fft.rfft(_randn((len(syn), n), [params[i]["_seed"] for i in syn], x.device))
+            f = torch.fft.rfftfreq(n, 1 / sr).to(x.device).clamp_min(20.0)
+            slope = torch.tensor([params[i]["_slope"] for i in syn], device=x.device)[:, None]
+            noise[syn] = torch.fft.irfft(spec * (f / 1000.0) ** slope, n=n)
+        snr = torch.tensor([p["snr_db"] for p in params], device=x.device)
+        return x + _scale_to_snr(x, noise, snr)
+
+    def _hum(self, x, params):
+        t = torch.arange(x.shape[-1], device=x.device) / self.config.sample_rate
+        f0 = torch.tensor([p["f0_hz"] for p in params], device=x.device)[:, None]
+        hum = torch.zeros_like(x)
+        for k in range(8):
+            amp = torch.tensor([p["_harmonics"][k][0] for p in params], device=x.device)[:, None]
+            phase = torch.tensor([p["_harmonics"][k][1] for p in params], device=x.device)[:, None]
+            hum = hum + amp * torch.sin(2 * math.pi * f0 * (k + 1) * t + phase)
+        snr = torch.tensor([p["snr_db"] for p in params], device=x.device)
+        return x + _scale_to_snr(x, hum, snr)
+
+    def _clip(self, x, params):
+        frac = torch.tensor([p["level_of_peak"] for p in params], device=x.device)[:, None]
+        level = frac * x.abs().amax(-1, keepdim=True)
+        return torch.maximum(torch.minimum(x, level), -level)
+
+    def _bandlimit(self, x, params):
+        """Low-pass: flat below cutoff - 150 Hz, raised-cosine to zero at the cutoff."""
+        f = torch.linspace(0, self.config.sample_rate / 2, 2049, device=x.device)
+        cutoff = torch.tensor([p["cutoff_hz"] for p in params], device=x.device)[:, None]
         ramp = ((cutoff - f) / 150.0).clamp(0, 1)
-        resp = 0.5 - 0.5 * torch.cos(math.pi * ramp)
-        rec.append({"kind": "bandlimit", "cutoff_hz": cutoff})
-        return _fft_filter(x, resp)
+        return _filter(x, 0.5 - 0.5 * torch.cos(math.pi * ramp))
 
-    def codec(self, x, d: _Draw, rec):
-        if d.chance(0.5):
-            return self._transform_codec(x, d, rec)
-        return self._telephone_codec(x, rec)
+    def _codec(self, x, params):
+        out = x.clone()
+        tr = [i for i, p in enumerate(params) if p["codec"] == "transform"]
+        tel = [i for i, p in enumerate(params) if p["codec"] != "transform"]
+        if tr:
+            out[tr] = self._transform_codec(x[tr], [params[i] for i in tr])
+        if tel:
+            out[tel] = self._telephone_codec(x[tel])
+        return out
 
-    def _transform_codec(self, x, d: _Draw, rec):
-        """MP3/AAC-like artefacts: per-band quantisation of a 50%-overlap MDCT-like transform at a low
-        SNR per band (small coefficients become spectral holes), plus the codec's low-pass."""
+    def _transform_codec(self, x, params):
+        """MP3/AAC-like artefacts: per-band quantisation of a 50%-overlap transform at a low SNR per band
+        (small coefficients become spectral holes), plus the codec's low-pass."""
         sr, n_fft, hop = self.config.sample_rate, 512, 256
-        snr = d.uniform(*self.config.codec_snr_db)
-        cutoff = d.uniform(3500.0, 7000.0)
-        n = x.shape[-1]
+        s, n = x.shape
         win = torch.hann_window(n_fft, periodic=True, device=x.device).sqrt()
         pad = n_fft
-        xp = torch.nn.functional.pad(x, (pad, pad + (-(n + 2 * pad)) % hop))
-        frames = xp.unfold(-1, n_fft, hop) * win  # (F, n_fft)
-        spec = torch.fft.rfft(frames)
+        xp = F.pad(x, (pad, pad + (-(n + 2 * pad)) % hop))
+        spec = torch.fft.rfft(xp.unfold(-1, n_fft, hop) * win)  # (S, frames, bins)
         bins = spec.shape[-1]
-        edges = torch.round(torch.logspace(0, math.log10(bins), 22, device=x.device)).long().unique()
+        snr = torch.tensor([p["band_snr_db"] for p in params], device=x.device)[:, None, None]
+        cutoff = torch.tensor([p["cutoff_hz"] for p in params], device=x.device)[:, None, None]
         freqs = torch.arange(bins, device=x.device) * sr / n_fft
+        edges = torch.round(torch.logspace(0, math.log10(bins), 22)).long().unique().tolist()
         out = torch.zeros_like(spec)
-        for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
-            band = spec[:, lo:hi]
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            band = spec[..., lo:hi]
             rms = band.abs().square().mean(-1, keepdim=True).sqrt()
             step = rms * 10 ** (-(snr - 3.0 * lo / bins) / 20) * math.sqrt(12) + 1e-9
-            out[:, lo:hi] = torch.complex(torch.round(band.real / step), torch.round(band.imag / step)) * step
-        out = out * (freqs < cutoff)
-        frames = torch.fft.irfft(out, n=n_fft) * win
-        y = torch.nn.functional.fold(frames.T[None], output_size=(1, xp.shape[-1]), kernel_size=(1, n_fft),
-                                     stride=(1, hop)).reshape(-1)
-        rec.append({"kind": "codec", "codec": "transform", "band_snr_db": snr, "cutoff_hz": round(cutoff)})
-        return y[pad : pad + n]
+            out[..., lo:hi] = torch.complex(torch.round(band.real / step), torch.round(band.imag / step)) * step
+        frames = torch.fft.irfft(out * (freqs < cutoff), n=n_fft) * win  # (S, frames, n_fft)
+        y = F.fold(frames.transpose(1, 2), output_size=(1, xp.shape[-1]), kernel_size=(1, n_fft),
+                   stride=(1, hop)).reshape(s, -1)
+        return y[:, pad : pad + n]
 
-    def _telephone_codec(self, x, rec):
+    def _telephone_codec(self, x):
         """G.711-like: 300-3400 Hz telephone band, 8-bit mu-law quantisation, and the band filter again
         (a real line carries 8 kHz samples, so quantisation noise cannot reach above 4 kHz)."""
-        sr = self.config.sample_rate
-        f = torch.linspace(0, sr / 2, 2049, device=x.device)
-        resp = ((f - 200.0) / 100.0).clamp(0, 1) * ((3500.0 - f) / 100.0).clamp(0, 1)
-        y = _fft_filter(x, resp)
-        peak = y.abs().max().clamp_min(1e-9)
+        f = torch.linspace(0, self.config.sample_rate / 2, 2049, device=x.device)
+        resp = (((f - 200.0) / 100.0).clamp(0, 1) * ((3500.0 - f) / 100.0).clamp(0, 1)).expand(len(x), -1)
+        y = _filter(x, resp)
+        peak = y.abs().amax(-1, keepdim=True).clamp_min(1e-9)
         u = (y / peak).clamp(-1, 1)
         mu = 255.0
-        comp = torch.sign(u) * torch.log1p(mu * u.abs()) / math.log1p(mu)
-        comp = torch.round(comp * 127.0) / 127.0
-        y = _fft_filter(torch.sign(comp) * ((1 + mu) ** comp.abs() - 1) / mu * peak, resp)
-        rec.append({"kind": "codec", "codec": "telephone-mulaw"})
-        return y
+        comp = torch.round(torch.sign(u) * torch.log1p(mu * u.abs()) / math.log1p(mu) * 127.0) / 127.0
+        return _filter(torch.sign(comp) * ((1 + mu) ** comp.abs() - 1) / mu * peak, resp)
 
-    def dropout(self, x, d: _Draw, rec):
-        c = self.config
-        n = x.shape[-1]
-        x = x.clone()
-        gaps = []
-        for _ in range(d.integer(*c.dropout_count)):
-            length = int(d.uniform(*c.dropout_ms) / 1000 * c.sample_rate)
-            start = d.integer(0, max(0, n - length - 1))
-            x[start : start + length] = 0.0
-            gaps.append([start / c.sample_rate, length / c.sample_rate])
-        rec.append({"kind": "dropout", "gaps_s": gaps})
-        return x
+    def _dropout(self, x, params):
+        sr = self.config.sample_rate
+        gaps = max(len(p["gaps_s"]) for p in params)
+        starts = torch.zeros(len(params), gaps, dtype=torch.long)
+        ends = torch.zeros(len(params), gaps, dtype=torch.long)
+        for i, p in enumerate(params):
+            for j, (start, length) in enumerate(p["gaps_s"]):
+                starts[i, j] = round(start * sr)
+                ends[i, j] = round(start * sr) + round(length * sr)
+        t = torch.arange(x.shape[-1], device=x.device)
+        starts, ends = starts.to(x.device)[..., None], ends.to(x.device)[..., None]
+        silent = ((t >= starts) & (t < ends)).any(1)
+        return x.masked_fill(silent, 0.0)
+
+    def _gain(self, x, params):
+        db = torch.tensor([p["gain_db"] for p in params], device=x.device)[:, None]
+        return x * 10 ** (db / 20)
 
 
 def degrade_clip(clean: np.ndarray, *, seed: int, kinds: Sequence[str] | None = None,
@@ -338,8 +391,8 @@ def degrade_clip(clean: np.ndarray, *, seed: int, kinds: Sequence[str] | None = 
                  noise_names: Sequence[str] | None = None, rir_names: Sequence[str] | None = None,
                  config: DegradeConfig | None = None) -> tuple[np.ndarray, list[dict]]:
     """One clip on the CPU: clean (N,) float at config.sample_rate -> (degraded (N,), effects applied)."""
-    deg = Degrader(config, [torch.as_tensor(n) for n in noises], [torch.as_tensor(r) for r in rirs],
-                   noise_names, rir_names)
+    deg = Degrader(config, [torch.as_tensor(np.asarray(n, dtype=np.float32)) for n in noises],
+                   [torch.as_tensor(np.asarray(r, dtype=np.float32)) for r in rirs], noise_names, rir_names)
     g = torch.Generator().manual_seed(seed)
     y, rec = deg(torch.as_tensor(np.asarray(clean, dtype=np.float32))[None], g, kinds)
     return y[0].numpy(), rec[0]

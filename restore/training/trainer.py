@@ -41,7 +41,9 @@ class TrainConfig(BaseConfig):
     ema_decay: float = 0.999
     p_uncond: float = 0.1       # all conditions dropped: trains u
     p_drop_text: float = 0.5    # text dropped (when present): trains so
-    t_mean: float = 0.0         # logit-normal timestep density (SD3)
+    t_dist: str = "uniform"     # or "logit_normal" (SD3). Logit-normal rarely draws t near 1, where a model
+    t_mean: float = 0.0         # that starts from pure noise must read its conditions; the first model,
+                                # trained with it, predicted clean latents at t = 1 worse than the input.
     t_std: float = 1.0
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
@@ -83,6 +85,7 @@ class Trainer:
             files = weights.load(init)
             self.model.load_state_dict({k: v.float() for k, v in files.state.items()})
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.ema_params, self.model_params = list(self.ema.parameters()), list(self.model.parameters())
         decay, no_decay = [], []
         for name, p in self.model.named_parameters():
             (no_decay if p.ndim < 2 or "embed" in name else decay).append(p)
@@ -164,7 +167,10 @@ class Trainer:
             x0 = self.codec.encode(clean)
             obs = self.codec.encode(degraded)
         b = x0.shape[0]
-        t = torch.sigmoid(cfg.t_mean + cfg.t_std * torch.randn(b, device=self.device, generator=self.dgen))
+        if cfg.t_dist == "uniform":
+            t = torch.rand(b, device=self.device, generator=self.dgen)
+        else:
+            t = torch.sigmoid(cfg.t_mean + cfg.t_std * torch.randn(b, device=self.device, generator=self.dgen))
         eps = torch.randn(x0.shape, device=self.device, generator=self.dgen)
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
         target = eps - x0
@@ -182,9 +188,8 @@ class Trainer:
         self.step += 1
         d = min(cfg.ema_decay, (1 + self.step) / (10 + self.step))
         with torch.no_grad():
-            for pe, pm in zip(self.ema.parameters(), self.model.parameters()):
-                pe.lerp_(pm, 1 - d)
-        return loss.item()
+            torch._foreach_lerp_(self.ema_params, self.model_params, 1 - d)
+        return loss.detach()
 
     # ---- validation ----
     @torch.no_grad()
@@ -200,6 +205,11 @@ class Trainer:
         eps = torch.randn(x0.shape, device=self.device, generator=g)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
             ctx = self.ema.context(deg, obs, use, ids, mask)
+            # How well the conditions alone predict the clean latents (t = 1), against the degraded
+            # input's own latents as the estimate: the crux of restoration from pure noise.
+            v1 = self.ema.velocity(eps, torch.ones(b, device=self.device), ctx).float()
+            x0_err = ((eps - v1 - x0).square().mean() / x0.square().mean()).item()
+            obs_err = ((obs - x0).square().mean() / x0.square().mean()).item()
             losses = []
             for tv in (0.2, 0.5, 0.8):
                 t = torch.full((b,), tv, device=self.device)
@@ -211,7 +221,7 @@ class Trainer:
                 v = self.ema.velocity(x, torch.full((b,), ts[i], device=self.device), ctx)
                 x = rf_step(x, v, ts[i], ts[i + 1])
         out = self.codec.decode(x)
-        return {"val_loss": sum(losses) / 3, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
+        return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
                 "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean)}
 
     def batches(self, depth: int = 3):
@@ -265,7 +275,7 @@ class Trainer:
             window_loss.append(self.train_step(batch))
             if self.step % cfg.log_every == 0:
                 now = time.time()
-                self.log(step=self.step, loss=sum(window_loss) / len(window_loss),
+                self.log(step=self.step, loss=torch.stack(window_loss).mean().item(),
                          lr=self.opt.param_groups[0]["lr"], steps_per_s=len(window_loss) / (now - window_t),
                          data_share=round(data_s / (now - window_t), 3), elapsed=round(self.elapsed(), 1))
                 window_loss, window_t, data_s = [], now, 0.0
