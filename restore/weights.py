@@ -84,7 +84,10 @@ def build_model(files: ModelFiles, dtype: torch.dtype = torch.float32, device: s
     from .model.dit import DiT
 
     model = DiT(files.model, files.codec)
-    missing, unexpected = model.load_state_dict({k: v.float() for k, v in files.state.items()}, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict({k: v.float() for k, v in files.state.items()}, strict=False)
+    except RuntimeError as e:  # shape mismatch: config.json and the weights disagree
+        raise InputError(f"model weights do not match the architecture in config.json ({str(e).splitlines()[1].strip()})") from None
     if missing or unexpected:
         raise InputError(f"model weights do not match the architecture: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")

@@ -1,0 +1,63 @@
+import json
+
+import pytest
+import torch
+
+from restore import weights
+from restore.config import CodecConfig, ModelConfig
+from restore.errors import InputError
+from restore.model.dit import DiT
+from tests.conftest import TINY_MODEL
+
+
+def tiny():
+    cfg = ModelConfig.from_dict(TINY_MODEL)
+    return cfg, CodecConfig(scale=3.0), DiT(cfg, CodecConfig(scale=3.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_round_trip(tmp_path, dtype):
+    cfg, codec, model = tiny()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    weights.save(tmp_path, cfg, codec, model.state_dict(), {"note": "test"}, dtype=dtype)
+    files = weights.load(tmp_path)
+    assert files.model == cfg and files.codec == codec and files.info == {"note": "test"}
+    loaded = weights.build_model(files)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        tol = 1e-3 if dtype == torch.float16 else 0
+        assert torch.allclose(a, b, atol=tol, rtol=tol), name
+
+
+def test_shards_stay_under_the_limit(tmp_path, monkeypatch):
+    cfg, codec, model = tiny()
+    monkeypatch.setattr(weights, "SHARD_BYTES", 64 * 1024)
+    paths = weights.save(tmp_path, cfg, codec, model.state_dict())
+    assert len(paths) > 2
+    assert all(p.stat().st_size < 64 * 1024 + 16 * 1024 for p in paths)  # + header; one big tensor may exceed
+    weights.build_model(weights.load(tmp_path))
+
+
+def test_version_and_mismatch_errors(tmp_path):
+    cfg, codec, model = tiny()
+    weights.save(tmp_path, cfg, codec, model.state_dict())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["format_version"] = 99
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="format version 99"):
+        weights.load(tmp_path)
+    config["format_version"] = weights.FORMAT_VERSION
+    config["model"]["width"] = 128
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="do not match"):
+        weights.build_model(weights.load(tmp_path))
+    with pytest.raises(InputError, match="not a model folder"):
+        weights.load(tmp_path / "nowhere")
+
+
+def test_shipped_default_model_loads():
+    files = weights.load()
+    assert files.codec.sample_rate == 16000
+    assert files.info.get("train_steps", 0) > 0  # trained weights, with their provenance
+    model = weights.build_model(files)
+    assert sum(p.numel() for p in model.parameters()) == files.info["parameters"]
