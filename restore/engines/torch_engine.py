@@ -1,5 +1,5 @@
 """The PyTorch engine: all branches of a guided step batched into one forward pass (plans `cpu` and
-`cuda`); unguided steps run the sot rows alone."""
+`cuda`); unguided steps run the sot rows alone. Codec work runs at once on the same device."""
 
 from __future__ import annotations
 
@@ -8,35 +8,70 @@ import torch
 from .. import text as text_mod
 from ..model.dit import DiT
 from .base import Plan
+from .trace import Tracer
+
+
+class Done:
+    """A codec job that already ran: its result is at hand."""
+
+    def __init__(self, value: torch.Tensor):
+        self.value = value
 
 
 class TorchEngine:
-    def __init__(self, model: DiT, plan: Plan):
-        self.model, self.plan = model, plan
+    def __init__(self, model: DiT, codec, plan: Plan, tracer: Tracer | None = None):
+        self.model, self.codec, self.plan = model, codec, plan
         self.device = torch.device(plan.device)
+        self.tracer = tracer or Tracer(enabled=False)
         self.ctx = self.ctx_sot = None
         self.rows = 0
+        self.warnings: list[str] = []
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=self.plan.dtype,
-                              enabled=self.plan.dtype != torch.float32)
+        return torch.autocast(self.device.type, dtype=self.plan.dtype, enabled=self.plan.dtype != torch.float32)
 
+    # ---- codec: handles, so that plans with a worker can run it in idle time ----
+    @torch.inference_mode()
+    def encode_async(self, wave: torch.Tensor, urgent: bool = False):
+        """wave (rows, N) -> a handle for its latents (rows, T, D)."""
+        with self.tracer.span("encode", "main"):
+            return Done(self.codec.encode(wave.to(self.device)))
+
+    @torch.inference_mode()
+    def decode_async(self, latents: torch.Tensor):
+        """latents (rows, T, D) -> a handle for the audio (rows, N)."""
+        with self.tracer.span("decode", "main"):
+            return Done(self.codec.decode(latents.to(self.device)))
+
+    def result(self, handle) -> torch.Tensor:
+        return handle.value
+
+    def idle(self) -> None:
+        """The main process declares the second engine idle (nothing to do for an engine of one)."""
+
+    def close(self) -> None:
+        pass
+
+    # ---- branches ----
     @torch.inference_mode()
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
         """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row."""
         ids, mask = text_mod.batch(texts, self.model.config.text.max_tokens, self.device)
-        with self._autocast():
+        with self._autocast(), self.tracer.span("conditions", "main"):
             self.ctx = self.model.branch_context(degraded.to(self.device), obs.to(self.device), ids, mask)
         self.rows = obs.shape[0]
         self.ctx_sot = self.ctx.rows(slice(2 * self.rows, 3 * self.rows))
 
     @torch.inference_mode()
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
+        """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones."""
         x = x.to(self.device)
         with self._autocast():
             if guided:
-                tt = torch.full((3 * self.rows,), t, device=self.device)
-                v = self.model.velocity(x.repeat(3, 1, 1), tt, self.ctx).float()
+                with self.tracer.span("u+so+sot", "main"):
+                    tt = torch.full((3 * self.rows,), t, device=self.device)
+                    v = self.model.velocity(x.repeat(3, 1, 1), tt, self.ctx).float()
                 return tuple(v.chunk(3))
-            tt = torch.full((self.rows,), t, device=self.device)
-            return (self.model.velocity(x, tt, self.ctx_sot).float(),)
+            with self.tracer.span("sot", "main"):
+                tt = torch.full((self.rows,), t, device=self.device)
+                return (self.model.velocity(x, tt, self.ctx_sot).float(),)

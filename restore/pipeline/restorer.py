@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -13,8 +13,8 @@ import torch
 from .. import audio, text as text_mod, weights
 from ..codec import build_codec
 from ..config import SamplerConfig, WindowConfig
-from ..engines.base import resolve_plan
-from ..engines.torch_engine import TorchEngine
+from ..engines.base import build_engine, resolve_plan
+from ..engines.trace import Tracer
 from ..errors import InputError, UsageError
 from .loop import generate_latents
 from .windows import Geometry, Stitcher, windows
@@ -80,6 +80,9 @@ def find_transcript(path: Path, transcript: str | None) -> tuple[str | None, str
         p = Path(transcript)
         if p.suffix.lower() == ".txt" and p.is_file():
             return p.read_text(errors="replace").strip() or None, "given"
+        if p.suffix.lower() == ".txt" and not any(c.isspace() for c in transcript):
+            # a mistyped transcript file name would otherwise be used as the transcript text
+            raise UsageError(f"{transcript}: no such transcript file")
         return transcript.strip() or None, "given"
     sidecar = path.with_suffix(".txt")
     if sidecar.is_file():
@@ -95,18 +98,32 @@ class Restorer:
     """
 
     def __init__(self, model: str | Path | None = None, *, plan: str = "auto", device: str = "auto",
-                 window: WindowConfig | None = None):
+                 window: WindowConfig | None = None, mlp_share: float | None = None, trace: bool = False):
         try:
-            self.plan = resolve_plan(plan, device)
+            self.plan = resolve_plan(plan, device, mlp_share)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        self.files = weights.load(model)
+        self.model_dir = Path(model) if model is not None else weights.DEFAULT_MODEL
+        self.files = weights.load(self.model_dir)
         self.model = weights.build_model(self.files, device=self.plan.device)
         self.codec = build_codec(self.files.codec).to(self.plan.device)
         self.sample_rate = self.files.codec.sample_rate
         wc = window or WindowConfig()
         self.geometry = Geometry.from_seconds(wc.seconds, wc.overlap, self.sample_rate, self.codec.hop)
-        self.engine = TorchEngine(self.model, self.plan)
+        self.tracer = Tracer(enabled=trace)
+        self.engine = build_engine(self.plan, self.model, self.codec, model_dir=self.model_dir,
+                                   frames=self.codec.frames(self.geometry.length), samples=self.geometry.length,
+                                   tracer=self.tracer)
+
+    def close(self) -> None:
+        """Stop the engine's worker process, if the plan has one."""
+        self.engine.close()
+
+    def __enter__(self) -> "Restorer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def restore_file(self, input: str | Path, output: str | Path, *, sampler: str = "pro",
                      steps: int | None = None, guidance: float | None = None, seed: int = 0,
@@ -139,42 +156,82 @@ class Restorer:
         report = FileReport(str(input), str(output), info.duration, 0.0, n_windows, info.sample_rate, out_rate,
                             info.channels, rows, cfg.to_dict(), seed, text_source)
 
+        # Resampling in and back out can be a sample off the exact length; the output is cut or
+        # zero-padded to the input's duration at the output rate (exactly the input's frames at its rate).
+        expected = int(round(info.frames * out_rate / info.sample_rate))
+        written = 0
+
         def emit(block: np.ndarray, writer: audio.AtomicWriter, last: bool = False) -> None:
-            block = back(block, last=last)
+            nonlocal written
+            block = back(block, last=last)[: expected - written]
+            if last and written + len(block) < expected:
+                block = np.concatenate([block, np.zeros((expected - written - len(block), rows), np.float32)])
             if len(block):
                 writer.write(np.repeat(block, out_channels, axis=1) if rows == 1 and out_channels > 1 else block)
+                written += len(block)
 
-        with audio.AtomicWriter(output, out_rate, out_channels, subtype) as writer:
+        def source():
             stream = audio.model_rate_stream(info, sr)
             for k, (win, real) in enumerate(windows(stream, self.geometry, info.channels)):
                 x = win.mean(axis=1, keepdims=True) if mix else win  # (L, rows)
                 start = k * self.geometry.hop / sr
                 share = text_mod.window_share(text, start, start + real / sr, total / sr)
-                y = self._window(x.T * gain, [share] * rows, cfg, seed, k, real,
-                                 lambda i: progress and progress(Progress(str(input), k, n_windows, i, cfg.steps)))
+                yield torch.from_numpy(np.ascontiguousarray(x.T * gain, dtype=np.float32)), real, [share] * rows
+
+        def on_step(k: int, i: int) -> None:
+            if progress:
+                progress(Progress(str(input), k, n_windows, i, cfg.steps))
+
+        warned = len(self.engine.warnings)
+        with audio.AtomicWriter(output, out_rate, out_channels, subtype) as writer:
+            for y, real in self._pipeline(source(), cfg, seed, on_step):
                 emit(stitch.push(y.T / gain, real), writer)
             emit(stitch.finish().reshape(-1, rows), writer, last=True)
             report.clipped_samples = writer.clipped
+        report.warnings += self.engine.warnings[warned:]
         if report.clipped_samples:
             report.warnings.append(f"{report.clipped_samples} output samples were clipped to full scale")
         report.seconds_wall = time.perf_counter() - started
         return report
 
+    def _pipeline(self, source, cfg: SamplerConfig, seed: int, on_step) -> Iterator[tuple[np.ndarray, int]]:
+        """Windows through the engine, codec work overlapped with sampling: window k+1's encode is queued
+        before window k samples, and window k's decode after it; plans with a worker run both in the
+        idle time they declare. The first window's encode has nothing to overlap and starts at once.
+        Yields each restored window (rows, L) at the model rate with its count of real samples."""
+        eng = self.engine
+        nxt = next(source, None)
+        enc = eng.encode_async(nxt[0], urgent=True) if nxt is not None else None
+        pending = None
+        k = 0
+        while nxt is not None:
+            (wave, real, texts), obs = nxt, eng.result(enc)
+            nxt = next(source, None)
+            enc = eng.encode_async(nxt[0]) if nxt is not None else None
+            with self.tracer.span(f"window {k + 1}", "pipeline"):
+                latents = self._sample(wave, obs, texts, cfg, seed, k, on_step)
+            eng.idle()  # between windows the worker's engine has no branch to run
+            if pending is not None:
+                yield self._finish(*pending)
+            pending = (eng.decode_async(latents), real, k)
+            k += 1
+        if pending is not None:
+            yield self._finish(*pending)
+
     @torch.inference_mode()
-    def _window(self, x: np.ndarray, texts: list[str | None], cfg: SamplerConfig, seed: int, index: int,
-                real: int, on_step: Callable[[int], None]) -> np.ndarray:
-        """x (rows, L) level-normalised window -> restored (rows, L) at the model rate."""
-        dev = self.plan.device
-        wave = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev)
-        obs = self.codec.encode(wave)  # (rows, T, D)
+    def _sample(self, wave, obs, texts, cfg: SamplerConfig, seed: int, index: int, on_step) -> torch.Tensor:
+        """One window's sampler loop: level-normalised wave (rows, N), obs (rows, T, D) -> latents."""
         self.engine.begin_window(wave, obs, texts)
         g = torch.Generator().manual_seed(seed * 1_000_003 + index)  # per window: independent of batching
         noise = torch.randn(obs.shape, generator=g)
         latents = None
-        for i, latents in generate_latents(self.engine, noise, cfg, g, dev):
-            on_step(i)
-        out = self.codec.decode(latents).float().cpu().numpy()
+        for i, latents in generate_latents(self.engine, noise, cfg, g, self.plan.device):
+            on_step(index, i)
+        return latents
+
+    def _finish(self, handle, real: int, index: int) -> tuple[np.ndarray, int]:
+        out = self.engine.result(handle).float().cpu().numpy()
         if not np.isfinite(out).all():
             raise InputError(f"window {index + 1}: the model produced non-finite samples (damaged model files?)")
         out[:, real:] = 0.0
-        return out
+        return out, real

@@ -1,0 +1,195 @@
+"""Plans and engines: equivalence of every plan, the split MLP and its sweep, the chunk worker's
+protocol (shared memory, declared idle time), faults, and the trace."""
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from restore import weights
+from restore.codec import build_codec
+from restore.engines.base import build_engine, resolve_plan
+from restore.engines.split_mlp import SecondEngine, SplitSwiGLU, sweep
+from restore.engines.trace import Tracer
+from restore.model.layers import SwiGLU
+from restore.pipeline.loop import generate_latents
+from restore.config import SamplerConfig
+
+T = 40
+N = T * 256
+
+
+def load(model_dir):
+    files = weights.load(model_dir)
+    model = weights.build_model(files)
+    for p in model.parameters():  # away from the zero init, so every branch differs
+        torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(p.numel()))
+    return model, build_codec(files.codec)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model, tmp_path_factory):
+    model, codec = load(tiny_model)
+    folder = tmp_path_factory.mktemp("engine_model")
+    files = weights.load(tiny_model)
+    weights.save(folder, files.model, files.codec, model.state_dict(), dtype=torch.float32)
+    return folder
+
+
+def window(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, N, generator=g) * 0.05
+
+
+def engine(plan_name, model_dir, tracer=None, share=0.5):
+    files = weights.load(model_dir)
+    model, codec = weights.build_model(files), build_codec(files.codec)
+    plan = resolve_plan(plan_name, "cpu", mlp_share=share)
+    return build_engine(plan, model, codec, model_dir=model_dir, frames=T, samples=N, tracer=tracer)
+
+
+def rel(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_split_mlp_is_exact(share):
+    torch.manual_seed(0)
+    mlp = SwiGLU(32, 90)
+    second = SecondEngine("cpu")
+    split = SplitSwiGLU(mlp, share, "cpu", torch.float32, second)
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        assert rel(split(x), mlp(x)) < 1e-6
+    assert split.gate_s.shape[0] == round(share * 90)
+    second.close()
+
+
+def test_sweep_picks_a_share_and_drops_unsplit_weights(model_dir):
+    from restore import text as text_mod
+    files = weights.load(model_dir)
+    model = weights.build_model(files)
+    second = SecondEngine("cpu")
+    x = torch.randn(1, T, 514)
+    ctx = model.branch_context(window(), build_codec(files.codec).encode(window()), *text_mod.batch([None], 16))
+    sot = ctx.rows(slice(2, 3))
+    with torch.no_grad():
+        ref = model.velocity(x, torch.tensor([0.5]), sot)
+        share, times = sweep(model, lambda: model.velocity(x, torch.tensor([0.5]), sot), (0.0, 0.5), "cpu",
+                             torch.float32, second)
+        assert rel(model.velocity(x, torch.tensor([0.5]), sot), ref) < 1e-5
+    assert share in times and set(times) == {0.0, 0.5}
+    assert all(isinstance(b.mlp, SplitSwiGLU) for b in model.blocks)
+    assert not any(isinstance(m, SwiGLU) for m in model.blocks.modules())  # unsplit weights dropped
+    second.close()
+
+
+def run_window(eng, codec, seed=0, steps=4, guided_until=0.5):
+    wave = window(seed)
+    obs = eng.result(eng.encode_async(wave, urgent=True))
+    eng.begin_window(wave, obs, ["a few words"])
+    cfg = SamplerConfig(steps=steps, guided_until=guided_until, churn=0.3)
+    g = torch.Generator().manual_seed(seed)
+    x = None
+    for _, x in generate_latents(eng, torch.randn(obs.shape, generator=g), cfg, g):
+        pass
+    eng.idle()
+    return obs, x, eng.result(eng.decode_async(x))
+
+
+def test_split_plan_matches_cpu_plan(model_dir):
+    ref_eng = engine("cpu", model_dir)
+    split_eng = engine("split", model_dir)
+    try:
+        wave = window(1)
+        obs_ref = ref_eng.result(ref_eng.encode_async(wave))
+        obs = split_eng.result(split_eng.encode_async(wave, urgent=True))
+        assert rel(obs, obs_ref) < 1e-6  # the worker's codec
+        for eng in (ref_eng, split_eng):
+            eng.begin_window(wave, obs_ref, ["hello"])
+        x = torch.randn(1, T, 514)
+        for a, b in zip(ref_eng.velocities(x, 0.7, True), split_eng.velocities(x, 0.7, True)):
+            assert rel(b, a) < 1e-5  # u, so (worker chunks, guards, partitions), sot (split MLP)
+        (a,) = ref_eng.velocities(x, 0.3, False)
+        (b,) = split_eng.velocities(x, 0.3, False)
+        assert rel(b, a) < 1e-5
+        _, _, audio_ref = run_window(ref_eng, None, seed=2)
+        _, _, audio = run_window(split_eng, None, seed=2)
+        assert rel(audio, audio_ref) < 1e-4
+        assert split_eng.warnings == []
+    finally:
+        split_eng.close()
+
+
+def test_codec_runs_only_in_declared_idle_time(model_dir):
+    eng = engine("split", model_dir)
+    try:
+        wave = window(3)
+        eng.result(eng.encode_async(wave, urgent=True))  # worker up; urgent work ran at once
+        handle = eng.encode_async(wave)
+        time.sleep(1.0)
+        eng.worker.poll()
+        assert handle.job not in eng.worker.done  # queued, not run: nobody declared idle time
+        eng.idle()
+        deadline = time.time() + 30
+        while handle.job not in eng.worker.done and time.time() < deadline:
+            time.sleep(0.05)
+            eng.worker.poll()
+        assert handle.job in eng.worker.done
+        assert rel(eng.result(handle), build_codec(weights.load(model_dir).codec).encode(wave)) < 1e-6
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("fault", ["kill", "hang"])
+def test_worker_fault_falls_back_to_the_main_process(model_dir, fault):
+    ref_eng = engine("cpu", model_dir)
+    eng = engine("split", model_dir)
+    try:
+        wave = window(4)
+        obs = eng.result(eng.encode_async(wave, urgent=True))
+        eng.begin_window(wave, obs, [None])
+        ref_eng.begin_window(wave, obs, [None])
+        x = torch.randn(1, T, 514)
+        eng.velocities(x, 0.9, True)  # one good step through the worker
+        pid = eng.worker.process.pid
+        if fault == "kill":
+            os.kill(pid, signal.SIGKILL)
+        else:
+            eng.worker.step_timeout = 2.0
+            os.kill(pid, signal.SIGSTOP)
+        got = eng.velocities(x, 0.8, True)
+        want = ref_eng.velocities(x, 0.8, True)
+        for a, b in zip(got, want):
+            assert rel(a, b) < 1e-5
+        assert eng.warnings and "worker" in eng.warnings[0]
+        handle = eng.decode_async(obs)  # codec work continues locally
+        assert rel(eng.result(handle), ref_eng.result(ref_eng.decode_async(obs))) < 1e-6
+        assert len(eng.warnings) == 1
+    finally:
+        eng.close()
+
+
+def test_trace_shows_branches_overlapping(model_dir, tmp_path):
+    tracer = Tracer()
+    eng = engine("split", model_dir, tracer=tracer)
+    try:
+        run_window(eng, None, seed=5, steps=4, guided_until=0.5)
+    finally:
+        eng.close()
+    path = tmp_path / "trace.json"
+    tracer.write(path)
+    data = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M"}
+    assert {"main", "worker", "second engine"} <= names
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    sot = [e for e in spans if e["name"] == "sot"]
+    worker = [e for e in spans if e["name"] in ("so", "u")]
+    assert worker and sot
+    overlaps = any(w["ts"] < s["ts"] + s["dur"] and s["ts"] < w["ts"] + w["dur"] for w in worker for s in sot)
+    assert overlaps  # so/u ran in the worker while sot ran in the main process
+    assert {"encode", "decode"} <= {e["name"] for e in spans}
