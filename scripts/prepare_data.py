@@ -4,7 +4,10 @@ Reads ../shared/data (speech, noise, RIR manifests), applies the speaker split i
 restore/training/split.json, resamples everything to the model rate and writes int16 .npy shards plus
 JSON indexes, and a fixed degraded validation set from the dev speakers with dev noises:
 
-    python scripts/prepare_data.py ../shared/data .stage/data [--pseudo .stage/pseudo_transcripts.json]
+    python scripts/prepare_data.py ../shared/data .stage/data [--pseudo FILE]
+
+Pseudo-transcripts default to restore/training/pseudo_transcripts.json (pocketsphinx on the clean
+LibriSpeech clips; 30 CPU-minutes to remake with scripts/pseudo_transcripts.py).
 
 Shards are at most --shard-mb MiB so that each fits in one transfer to the GPU machine.
 """
@@ -29,7 +32,7 @@ SPLIT = Path(__file__).resolve().parent.parent / "restore" / "training" / "split
 
 def load(path: Path) -> np.ndarray:
     audio, sr = sf.read(path, dtype="float32", always_2d=True)
-    audio = audio[:, 0] if audio.shape[1] > 1 else audio[:, 0]
+    audio = audio[:, 0]  # the data set is mono (noise downmixed, RIRs channel 0)
     return librosa.resample(audio, orig_sr=sr, target_sr=SR) if sr != SR else audio
 
 
@@ -62,7 +65,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--pseudo", type=Path, help="JSON of pseudo-transcripts (scripts/pseudo_transcripts.py)")
+    ap.add_argument("--pseudo", type=Path, default=Path(__file__).resolve().parent.parent / "restore" / "training"
+                    / "pseudo_transcripts.json", help="JSON of pseudo-transcripts (scripts/pseudo_transcripts.py)")
     ap.add_argument("--shard-mb", type=float, default=40.0)
     ap.add_argument("--val-windows", type=int, default=6)
     ap.add_argument("--seed", type=int, default=1234)
