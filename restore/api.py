@@ -79,6 +79,7 @@ def write_json(path: Path, data: dict) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
+    os.chmod(tmp, audio.FILE_MODE)  # mkstemp makes it owner-only
     os.replace(tmp, path)
 
 
@@ -103,6 +104,7 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
         rep = restorer.restore_file(input, output, progress=line, **options)
     finally:
         line.end()
+        restorer.close()  # plans with a worker process: stop it and free its shared memory
     for w in rep.warnings:
         echo(f"warning: {w}")
     echo(f"restored {input} -> {output} ({rep.seconds_audio:.1f} s of audio in {rep.seconds_wall:.1f} s, "
@@ -114,28 +116,44 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
 
 def _run_folder(input: Path, output: Path, *, model, plan, device, format, overwrite, report, progress, echo,
                 **options) -> int:
-    files = list_audio(input)
+    out_root = output.resolve()
+    if out_root == input.resolve():
+        raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
+    # an output folder inside the input folder: its outputs are not inputs (else a resumed run restores them)
+    files = [f for f in list_audio(input) if out_root not in f.resolve().parents]
     if not files:
         raise UsageError(f"{input}: the folder holds no audio files ({', '.join(sorted(audio.WRITE_FORMATS))}, ...)")
     if output.exists() and not output.is_dir():
         raise UsageError(f"{output}: is a file; a folder input needs an output folder")
-    if output.resolve() == input.resolve():
-        raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
     if format and "." + format.lstrip(".").lower() not in audio.WRITE_FORMATS:
         raise UsageError(f"--format {format}: cannot write that; use one of {', '.join(sorted(audio.WRITE_FORMATS))}")
     report_path = report or output / REPORT_NAME
     pairs = [(f, folder_output(input, output, f, format)) for f in files]
-    todo = [(i, o) for i, o in pairs if overwrite or not o.exists()]
-    skipped = len(pairs) - len(todo)
-    entries: list[dict] = [{"input": str(i), "output": str(o), "status": "skipped (output exists)"}
-                           for i, o in pairs if (i, o) not in todo]
+    todo, entries = [], []  # one pass (a membership test in `todo` per pair is quadratic in big folders)
+    claimed: dict[Path, Path] = {}
+    clashes = []  # e.g. a.wav and a.flac with --format flac: the second would replace the first's output
+    for i, o in pairs:
+        if o in claimed:
+            clashes.append({"input": str(i), "output": str(o), "status": "failed",
+                            "error": f"{i}: its output {o} is already the output of {claimed[o]}; "
+                                     f"rename one of them or choose another --format"})
+            continue
+        claimed[o] = i
+        if overwrite or not o.exists():
+            todo.append((i, o))
+        else:
+            entries.append({"input": str(i), "output": str(o), "status": "skipped (output exists)"})
+    skipped = len(entries)
     summary = {"input": str(input), "output": str(output), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                "settings": {k: v for k, v in options.items()}, "files": entries}
     if skipped:
         echo(f"{skipped} of {len(pairs)} files already restored; skipping them (use --overwrite to redo)")
+    for c in clashes:
+        echo(f"error: {c['error']}")
+    entries.extend(clashes)
     restorer = Restorer(model, plan=plan, device=device) if todo else None
     line = ProgressLine(progress, len(todo))
-    failed = 0
+    failed = len(clashes)
     seconds_audio = seconds_wall = 0.0
     for k, (src, dst) in enumerate(todo):
         line.file(k)
@@ -155,7 +173,9 @@ def _run_folder(input: Path, output: Path, *, model, plan, device, format, overw
         summary["files"] = entries
         write_json(report_path, summary)  # after every file: an interrupted run still leaves a report
     line.end()
-    restored = len(todo) - failed
+    if restorer is not None:
+        restorer.close()
+    restored = len(todo) - failed + len(clashes)
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     summary["summary"] = {"restored": restored, "skipped": skipped, "failed": failed,
                           "seconds_audio": round(seconds_audio, 2), "seconds_wall": round(seconds_wall, 2)}

@@ -29,6 +29,9 @@ WRITE_FORMATS = {
 }
 WRITE_FORMATS = {k: v for k, v in WRITE_FORMATS.items() if v[0] in _READ_FORMATS}
 AUDIO_EXTENSIONS = set(WRITE_FORMATS) | {".oga", ".opus", ".wave", ".aifc", ".snd", ".sd2", ".voc", ".nist", ".sph"}
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once: outputs get the usual permissions, not mkstemp's owner-only 0600
+FILE_MODE = 0o666 & ~_UMASK
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,8 @@ def check_output(input_path: Path | None, output: Path, overwrite: bool = True) 
     probe_dir = parent
     while not probe_dir.exists():
         probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise UsageError(f"{output}: cannot create the output there, {probe_dir} is a file, not a folder")
     if not os.access(probe_dir, os.W_OK | os.X_OK):
         raise InputError(f"{output}: no permission to write in {probe_dir}")
     return WRITE_FORMATS[ext]
@@ -186,9 +191,16 @@ class AtomicWriter:
 
     def __init__(self, path: str | Path, sample_rate: int, channels: int, subtype: str | None = None):
         self.path = Path(path)
-        fmt, default_subtype = WRITE_FORMATS[self.path.suffix.lower()]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
+        ext = self.path.suffix.lower()
+        if ext not in WRITE_FORMATS:
+            raise UsageError(f"{self.path}: cannot write '{ext or 'no extension'}' files; use one of "
+                             f"{', '.join(sorted(WRITE_FORMATS))}")
+        fmt, default_subtype = WRITE_FORMATS[ext]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
+        except OSError as e:
+            raise InputError(f"{self.path}: cannot write the output ({e.strerror or e})") from None
         os.close(fd)
         self.tmp = Path(tmp)
         try:
@@ -196,7 +208,9 @@ class AtomicWriter:
                                      format=fmt, subtype=subtype or default_subtype)
         except Exception as e:
             self.tmp.unlink(missing_ok=True)
-            raise InputError(f"{self.path}: cannot write this format ({_short(e)})") from None
+            reason = _short(e).replace(f"'{self.tmp}': ", "").replace(f"'{self.tmp}'", "").strip()  # no temp name
+            raise InputError(f"{self.path}: cannot write {channels} channel(s) at {sample_rate} Hz as "
+                             f"{fmt} ({reason})") from None
         self.clipped = 0
 
     def write(self, block: np.ndarray) -> None:
@@ -207,8 +221,13 @@ class AtomicWriter:
         self.file.write(block)
 
     def commit(self) -> None:
-        self.file.close()
-        os.replace(self.tmp, self.path)
+        try:
+            self.file.close()
+            os.chmod(self.tmp, FILE_MODE)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)  # a failed commit (disk full...) leaves no temporary file
+            raise
 
     def abort(self) -> None:
         if not self.file.closed:

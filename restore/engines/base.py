@@ -29,6 +29,7 @@ class Plan:
     worker: bool = False            # so/u and codec in the chunk worker process
     split: bool = False             # sot MLPs split with a second engine (the CPU)
     mlp_share: float | None = None  # share of each MLP on the second engine; None: sweep on first use
+    batch_branches: bool = True     # the branches of a guided step in one forward (False: baseline for benchmarks)
 
 
 def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | None = None) -> Plan:
@@ -60,7 +61,7 @@ def build_engine(plan: Plan, model, codec, *, model_dir=None, frames: int = 0, s
     if plan.worker:
         from .split_engine import SplitEngine
         return SplitEngine(model, codec, plan, model_dir, frames, samples, tracer)
-    return TorchEngine(model, codec, plan, tracer)
+    return TorchEngine(model, codec, plan, tracer, batch_branches=plan.batch_branches)
 
 
 def machine() -> str:

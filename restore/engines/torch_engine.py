@@ -19,8 +19,9 @@ class Done:
 
 
 class TorchEngine:
-    def __init__(self, model: DiT, codec, plan: Plan, tracer: Tracer | None = None):
+    def __init__(self, model: DiT, codec, plan: Plan, tracer: Tracer | None = None, batch_branches: bool = True):
         self.model, self.codec, self.plan = model, codec, plan
+        self.batch_branches = batch_branches  # False: one forward per branch (the baseline batching beats)
         self.device = torch.device(plan.device)
         self.tracer = tracer or Tracer(enabled=False)
         self.ctx = self.ctx_sot = None
@@ -67,6 +68,14 @@ class TorchEngine:
         """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones."""
         x = x.to(self.device)
         with self._autocast():
+            if guided and not self.batch_branches:
+                tt = torch.full((self.rows,), t, device=self.device)
+                out = []
+                for i, name in enumerate(("u", "so", "sot")):
+                    with self.tracer.span(name, "main"):
+                        ctx = self.ctx.rows(slice(i * self.rows, (i + 1) * self.rows))
+                        out.append(self.model.velocity(x, tt, ctx).float())
+                return tuple(out)
             if guided:
                 with self.tracer.span("u+so+sot", "main"):
                     tt = torch.full((3 * self.rows,), t, device=self.device)

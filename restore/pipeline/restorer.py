@@ -13,7 +13,7 @@ import torch
 from .. import audio, text as text_mod, weights
 from ..codec import build_codec
 from ..config import SamplerConfig, WindowConfig
-from ..engines.base import build_engine, resolve_plan
+from ..engines.base import Plan, build_engine, resolve_plan
 from ..engines.trace import Tracer
 from ..errors import InputError, UsageError
 from .loop import generate_latents
@@ -97,10 +97,10 @@ class Restorer:
     >>> r.restore_file("in.wav", "out.wav", sampler="flash")
     """
 
-    def __init__(self, model: str | Path | None = None, *, plan: str = "auto", device: str = "auto",
+    def __init__(self, model: str | Path | None = None, *, plan: str | Plan = "auto", device: str = "auto",
                  window: WindowConfig | None = None, mlp_share: float | None = None, trace: bool = False):
         try:
-            self.plan = resolve_plan(plan, device, mlp_share)
+            self.plan = plan if isinstance(plan, Plan) else resolve_plan(plan, device, mlp_share)
         except ValueError as e:
             raise UsageError(str(e)) from None
         self.model_dir = Path(model) if model is not None else weights.DEFAULT_MODEL
@@ -167,7 +167,8 @@ class Restorer:
             if last and written + len(block) < expected:
                 block = np.concatenate([block, np.zeros((expected - written - len(block), rows), np.float32)])
             if len(block):
-                writer.write(np.repeat(block, out_channels, axis=1) if rows == 1 and out_channels > 1 else block)
+                with self.tracer.span("write", "io"):
+                    writer.write(np.repeat(block, out_channels, axis=1) if rows == 1 and out_channels > 1 else block)
                 written += len(block)
 
         def source():
@@ -200,13 +201,16 @@ class Restorer:
         idle time they declare. The first window's encode has nothing to overlap and starts at once.
         Yields each restored window (rows, L) at the model rate with its count of real samples."""
         eng = self.engine
-        nxt = next(source, None)
+        read = lambda: next(source, None)
+        with self.tracer.span("read", "io"):
+            nxt = read()
         enc = eng.encode_async(nxt[0], urgent=True) if nxt is not None else None
         pending = None
         k = 0
         while nxt is not None:
             (wave, real, texts), obs = nxt, eng.result(enc)
-            nxt = next(source, None)
+            with self.tracer.span("read", "io"):
+                nxt = read()
             enc = eng.encode_async(nxt[0]) if nxt is not None else None
             with self.tracer.span(f"window {k + 1}", "pipeline"):
                 latents = self._sample(wave, obs, texts, cfg, seed, k, on_step)

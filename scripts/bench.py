@@ -1,0 +1,156 @@
+"""Speed benchmark: realtime factor per sampler and plan on a fixed 3-minute recording.
+
+    python scripts/bench.py --out docs/bench/cpu [--plans cpu,split] [--samplers flash,pro]
+                            [--baselines] [--seconds 180] [--model assets/model]
+
+Every configuration runs in a fresh process: the cold figure includes imports, model load and any
+compilation; the warm figure restores the same file again with the loaded model. The breakdown
+(read, encode, sampling, decode, write) comes from the pipeline's trace of the warm run; peak memory
+is the process's peak RSS (and the GPU's peak allocation on CUDA). With --baselines each plan also
+runs with the branches of guided steps unbatched, side by side in the same invocation. Results go
+to OUT/results.json, OUT/results.md and OUT/rtf.png. realtime factor = audio seconds / wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def make_recording(path: Path, seconds: float) -> None:
+    """The shipped example (synthetic speech, damaged), tiled to `seconds`: the same file every time."""
+    import numpy as np
+    import soundfile as sf
+
+    x, sr = sf.read(ROOT / "assets" / "example" / "interview.flac", dtype="float32")
+    reps = int(np.ceil(seconds * sr / len(x)))
+    sf.write(path, np.tile(x, reps)[: int(seconds * sr)], sr)
+
+
+def child(cfg: dict) -> dict:
+    """One configuration, in this (fresh) process."""
+    t0 = time.perf_counter()
+    import torch
+
+    from restore.engines.base import resolve_plan
+    from restore.pipeline.restorer import Restorer
+
+    torch.set_num_threads(cfg["threads"]) if cfg.get("threads") else None
+    plan = replace(resolve_plan(cfg["plan"], cfg["device"], cfg.get("mlp_share")),
+                   batch_branches=cfg["batch_branches"])
+    restorer = Restorer(cfg["model"], plan=plan, trace=True)
+    load = time.perf_counter() - t0
+    out = Path(cfg["tmp"]) / f"out_{os.getpid()}.wav"
+    kw = dict(sampler=cfg["sampler"], seed=0, overwrite=True, transcript=cfg.get("transcript"))
+    cold = restorer.restore_file(cfg["input"], out, **kw)
+    restorer.tracer.events.clear()
+    warm = restorer.restore_file(cfg["input"], out, **kw)
+    spans: dict[str, float] = {}
+    for e in restorer.tracer.events:
+        name = e["name"]
+        key = ("sampling" if name.startswith("window") else name if name in ("read", "encode", "decode", "write")
+               else None)
+        if key and (e["track"] in ("io", "pipeline") or name in ("encode", "decode")):
+            spans[key] = spans.get(key, 0.0) + e["dur"] / 1e6
+    restorer.close()
+    result = {**{k: cfg[k] for k in ("plan", "sampler", "batch_branches", "device")},
+              "audio_s": warm.seconds_audio, "load_s": load, "cold_s": load + cold.seconds_wall,
+              "warm_s": warm.seconds_wall, "rtf_cold": warm.seconds_audio / (load + cold.seconds_wall),
+              "rtf_warm": warm.seconds_audio / warm.seconds_wall, "breakdown_s": spans,
+              "share": getattr(restorer.engine, "share", None),
+              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+              "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
+def write_outputs(results: list[dict], out: Path, meta: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    lines = [f"# Benchmark: {meta['machine']}", "", f"`{meta['command']}` on {meta['date']}; "
+             f"{meta['audio_s']:.0f} s recording; realtime factor = audio s / wall s (higher is faster).", "",
+             "| plan | sampler | branches | RTF warm | RTF cold | load s | sampling s | encode s | decode s | read s | write s | peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        b = r["breakdown_s"]
+        lines.append(f"| {r['plan']} | {r['sampler']} | {'batched' if r['batch_branches'] else 'one by one'} | "
+                     f"{r['rtf_warm']:.2f}x | {r['rtf_cold']:.2f}x | {r['load_s']:.1f} | {b.get('sampling', 0):.1f} | "
+                     f"{b.get('encode', 0):.2f} | {b.get('decode', 0):.2f} | {b.get('read', 0):.2f} | "
+                     f"{b.get('write', 0):.2f} | {r['peak_rss_mb']:.0f} |")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['plan']}\n{r['sampler']}\n{'batched' if r['batch_branches'] else 'unbatched'}" for r in results]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(results)), 4))
+    ax.bar(range(len(results)), [r["rtf_warm"] for r in results], label="warm")
+    ax.bar(range(len(results)), [r["rtf_cold"] for r in results], width=0.4, label="cold (load + compile)")
+    ax.axhline(1.0, color="gray", ls="--", lw=0.8)
+    ax.set_xticks(range(len(results)), labels, fontsize=8)
+    ax.set_ylabel("realtime factor (x)")
+    ax.set_title(meta["machine"])
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "rtf.png", dpi=80)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("bench_out"))
+    ap.add_argument("--plans", default="cpu")
+    ap.add_argument("--samplers", default="flash,pro")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--model", default=str(ROOT / "assets" / "model"))
+    ap.add_argument("--seconds", type=float, default=180.0)
+    ap.add_argument("--baselines", action="store_true", help="also run guided steps unbatched (one forward per branch)")
+    ap.add_argument("--mlp-share", type=float, default=None, help="split plan: fixed share (default: sweep)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(json.loads(args.child))), flush=True)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = Path(tmp) / "recording.wav"
+        make_recording(rec, args.seconds)
+        results = []
+        for plan in args.plans.split(","):
+            for sampler in args.samplers.split(","):
+                for batched in ([True, False] if args.baselines and plan != "split" else [True]):
+                    cfg = {"plan": plan, "sampler": sampler, "batch_branches": batched, "device": args.device,
+                           "model": args.model, "input": str(rec), "tmp": tmp, "mlp_share": args.mlp_share}
+                    print(f"running {plan} {sampler} {'batched' if batched else 'unbatched'} ...", flush=True)
+                    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)],
+                                          capture_output=True, text=True)
+                    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                    if proc.returncode or not line:
+                        print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
+                        raise SystemExit(f"configuration {cfg['plan']}/{sampler} failed")
+                    r = json.loads(line[0][7:])
+                    print(f"  warm {r['rtf_warm']:.2f}x realtime, cold {r['rtf_cold']:.2f}x, "
+                          f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+                    results.append(r)
+    meta = {"machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
+            + (f", {__import__('torch').cuda.get_device_name()}" if __import__("torch").cuda.is_available() else ""),
+            "command": "python scripts/bench.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
+            "audio_s": args.seconds}
+    write_outputs(results, args.out, meta)
+    print(open(args.out / "results.md").read())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,420 @@
+"""The command line (typer's CliRunner, in process): file and folder runs, resuming, reports, and every
+bad input of issue 2: one sentence naming the file and the problem, exit 2 (usage) or 1 (failure), no
+traceback, nothing left behind."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from typer.testing import CliRunner
+
+from conftest import speechlike
+from restore import api
+from restore.cli import app
+from restore.pipeline.restorer import Restorer
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny-model ops are too small for threads to pay (and two threads crawl when a core is busy)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def cli(tiny_model):
+    def invoke(*args, fast=True):
+        extra = ["--model", str(tiny_model)] + (["--sampler", "flash", "--steps", "1"] if fast else [])
+        return runner.invoke(app, [str(a) for a in args] + extra)
+    return invoke
+
+
+def put(path, seconds=1.0, sr=16000, channels=1, data=None, subtype=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if data is None:
+        data = speechlike(seconds, sr)
+        if channels > 1:
+            data = np.stack([data * (1 - 0.1 * c) for c in range(channels)], axis=1)
+    sf.write(path, data, sr, subtype=subtype)
+    return path
+
+
+def tree(folder):
+    """Every file under `folder`, relative, hidden ones included."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def mtimes(folder):
+    return {p: (folder / p).stat().st_mtime_ns for p in tree(folder)}
+
+
+def assert_clean_error(result, path, problem, code):
+    """One line, naming the file and the problem; the right exit code; no traceback."""
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and str(path) in lines[0] and problem in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+# ---- single files ----
+
+def test_single_file(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 2.0, sr=44100, channels=2)
+    result = cli(src, "-o", tmp_path / "out" / "restored.flac")
+    assert result.exit_code == 0, result.output
+    assert f"restored {src} -> {tmp_path / 'out' / 'restored.flac'}" in result.output
+    info = sf.info(str(tmp_path / "out" / "restored.flac"))
+    assert (info.format, info.samplerate, info.channels, info.frames) == ("FLAC", 44100, 2, 2 * 44100)
+    assert tree(tmp_path) == ["in.wav", "out/restored.flac"]
+
+
+def test_single_file_default_output_and_report(cli, tmp_path):
+    src = put(tmp_path / "talk.wav")
+    (tmp_path / "talk.txt").write_text("hello there")
+    result = cli(src, "--report", tmp_path / "rep.json", "--sample-rate", "22050", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    assert sf.info(str(tmp_path / "talk.restored.wav")).samplerate == 22050
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    (entry,) = rep["files"]
+    assert entry["status"] == "restored" and entry["transcript"] == "sidecar" and entry["seed"] == 3
+    assert entry["sample_rate_out"] == 22050 and entry["output"] == str(tmp_path / "talk.restored.wav")
+
+
+def test_single_file_existing_output(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    out = put(tmp_path / "out.wav", 0.7, data=np.full(11200, 0.25, np.float32))
+    before = out.read_bytes()
+    assert_clean_error(cli(src, "-o", out), out, "already exists", 2)
+    assert out.read_bytes() == before
+    assert cli(src, "-o", out, "--overwrite").exit_code == 0
+    assert out.read_bytes() != before
+    assert tree(tmp_path) == ["in.wav", "out.wav"]
+
+
+def test_no_progress_when_piped(cli, tmp_path):
+    result = cli(put(tmp_path / "in.wav", 2.0), "-o", tmp_path / "out.wav", "--steps", "3", fast=False)
+    assert result.exit_code == 0, result.output
+    assert "\r" not in result.output and "window" not in result.output and "step" not in result.output
+
+
+def test_progress_line_on_a_terminal(capsys):
+    line = api.ProgressLine(True, files=2)
+    line(api.Progress("a/b.wav", 0, 2, 3, 4))
+    line.end()
+    err = capsys.readouterr().err
+    assert "b.wav" in err and "window 1/2" in err and "step 4/4" in err and "[1/2]" in err
+    api.ProgressLine(False)(api.Progress("a/b.wav", 0, 2, 3, 4))
+    assert capsys.readouterr().err == ""
+
+
+# ---- every bad input ----
+
+def test_missing_file(cli, tmp_path):
+    missing = tmp_path / "nothing.wav"
+    assert_clean_error(cli(missing, "-o", tmp_path / "out.wav"), missing, "no such file", 2)
+    assert tree(tmp_path) == []
+
+
+def test_folder_without_audio(cli, tmp_path):
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "readme.txt").write_text("no audio here")
+    assert_clean_error(cli(folder, "-o", tmp_path / "out"), folder, "holds no audio", 2)
+    assert not (tmp_path / "out").exists()
+
+
+def _bad_inputs(tmp_path):
+    """name -> (path, problem) for every input that must be refused."""
+    bad = {}
+    p = tmp_path / "text.wav"
+    p.write_text("this is not audio at all\n" * 40)
+    bad["not audio"] = (p, "not a readable audio file")
+    p = tmp_path / "empty.wav"
+    p.write_bytes(b"")
+    bad["0 bytes"] = (p, "empty (0 bytes)")
+    bad["zero length"] = (put(tmp_path / "zero.wav", data=np.zeros((0, 1), np.float32)), "zero length")
+    bad["short"] = (put(tmp_path / "short.wav", 0.3), "0.30 s long; at least 0.5 s")
+    x = speechlike(1.0, 16000)
+    x[5000] = np.nan
+    bad["nan"] = (put(tmp_path / "nan.wav", data=x, subtype="FLOAT"), "NaN or infinite")
+    x = speechlike(1.0, 16000)
+    x[5000] = np.inf
+    bad["inf"] = (put(tmp_path / "inf.wav", data=x, subtype="FLOAT"), "NaN or infinite")
+    bad["silent"] = (put(tmp_path / "silent.wav", data=np.zeros(16000, np.float32)), "silent")
+    return bad
+
+
+@pytest.mark.parametrize("case", ["not audio", "0 bytes", "zero length", "short", "nan", "inf", "silent"])
+def test_bad_input_file(cli, tmp_path, case):
+    src, problem = _bad_inputs(tmp_path)[case]
+    before = tree(tmp_path)
+    out = tmp_path / "out" / "restored.wav"
+    assert_clean_error(cli(src, "-o", out), src, problem, 1)
+    assert tree(tmp_path) == before  # no output, no temporary file
+    assert not out.parent.exists() or tree(out.parent) == []
+
+
+def test_bad_input_with_debug_shows_traceback(cli, tmp_path):
+    src, _ = _bad_inputs(tmp_path)["nan"]
+    result = cli(src, "-o", tmp_path / "out.wav", "--debug")
+    assert result.exit_code == 1 and "Traceback" in result.output and "NaN or infinite" in result.output
+
+
+def test_unsupported_output_extension(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    out = tmp_path / "out.xyz"
+    assert_clean_error(cli(src, "-o", out), out, "cannot write '.xyz'", 2)
+    assert tree(tmp_path) == ["in.wav"]
+
+
+def test_output_equal_to_input(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    before = src.read_bytes()
+    for out in (src, tmp_path / "." / "in.wav"):
+        assert_clean_error(cli(src, "-o", out, "--overwrite"), out, "is the input file", 2)
+    assert src.read_bytes() == before and tree(tmp_path) == ["in.wav"]
+
+
+def test_output_parent_is_a_file(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile" / "out.wav", tmp_path / "afile" / "sub" / "out.wav"):
+        assert_clean_error(cli(src, "-o", out), out, "is a file, not a folder", 2)
+    assert tree(tmp_path) == ["afile", "in.wav"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_no_write_permission(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert_clean_error(cli(src, "-o", ro / "out.wav"), ro / "out.wav", "no permission", 1)
+        assert tree(ro) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_no_write_permission_simulated(cli, tmp_path, monkeypatch):
+    """The same check for a root run (root may write anywhere, so the refusal is simulated)."""
+    src = put(tmp_path / "in.wav")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(ro) else access(p, mode, **kw))
+    for out in (ro / "out.wav", ro / "new" / "sub" / "out.wav"):
+        assert_clean_error(cli(src, "-o", out), out, f"no permission to write in {ro}", 1)
+    assert tree(tmp_path) == ["in.wav"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may read anything")
+def test_unreadable_input(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    src.chmod(0)
+    try:
+        assert_clean_error(cli(src, "-o", tmp_path / "out.wav"), src, "permission denied", 1)
+    finally:
+        src.chmod(0o644)
+
+
+def test_unwritable_format_for_the_rate(cli, tmp_path):
+    """Checked only when the writer opens (e.g. MP3 tops out at 48 kHz): still one clean sentence."""
+    src = put(tmp_path / "in.wav")
+    out = tmp_path / "out.mp3"
+    if ".mp3" not in api.audio.WRITE_FORMATS:
+        pytest.skip("libsndfile here does not write MP3")
+    result = cli(src, "-o", out, "--sample-rate", "96000")
+    assert_clean_error(result, out, "96000 Hz", 1)
+    assert ".part" not in result.output and tree(tmp_path) == ["in.wav"]
+
+
+def test_bad_option_is_a_usage_error(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    result = cli(src, "-o", tmp_path / "out.wav", "--channels", "left")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    result = cli(src, "-o", tmp_path / "out.wav", "--sample-rate", "1000")
+    assert_clean_error(result, "--sample-rate", "8000-192000 Hz", 2)
+    assert tree(tmp_path) == ["in.wav"]
+
+
+# ---- folders ----
+
+def make_folder(root):
+    put(root / "a.wav", 1.0)
+    put(root / "sub" / "b.flac", 0.8, sr=22050, channels=2)
+    put(root / "sub" / "deeper" / "c.ogg", 0.6, sr=8000)
+    (root / "sub" / "notes.txt").write_text("not audio, not a sidecar")
+    put(root / ".hidden.wav", 1.0)
+    return ["a.wav", "sub/b.flac", "sub/deeper/c.ogg"]
+
+
+def report(out):
+    return json.loads((out / "restore-report.json").read_text())
+
+
+def test_folder_mirrors_tree(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    names = make_folder(src)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert tree(out) == sorted(names + ["restore-report.json"])
+    assert sf.info(str(out / "sub" / "b.flac")).channels == 2
+    assert sf.info(str(out / "sub" / "deeper" / "c.ogg")).samplerate == 8000
+    rep = report(out)
+    assert rep["summary"]["restored"] == 3 and rep["summary"]["skipped"] == 0 and rep["summary"]["failed"] == 0
+    assert sorted(e["status"] for e in rep["files"]) == ["restored"] * 3
+    assert "3 restored, 0 skipped, 0 failed" in result.output
+    assert "\r" not in result.output
+
+
+def test_folder_format_option(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_folder(src)
+    assert cli(src, "-o", out, "--format", "flac").exit_code == 0
+    assert tree(out) == ["a.flac", "restore-report.json", "sub/b.flac", "sub/deeper/c.flac"]
+    assert_clean_error(cli(src, "-o", tmp_path / "o2", "--format", "xyz"), "--format xyz", "cannot write", 2)
+
+
+def test_folder_skips_existing_and_overwrites(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    names = make_folder(src)
+    assert cli(src, "-o", out).exit_code == 0
+    before = mtimes(out)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 0
+    assert "3 of 3 files already restored" in result.output and "0 restored, 3 skipped, 0 failed" in result.output
+    after = mtimes(out)
+    assert {n: after[n] for n in names} == {n: before[n] for n in names}
+    rep = report(out)
+    assert rep["summary"] == {**rep["summary"], "restored": 0, "skipped": 3, "failed": 0}
+    assert all(e["status"].startswith("skipped") for e in rep["files"])
+    result = cli(src, "-o", out, "--overwrite")
+    assert result.exit_code == 0 and "3 restored, 0 skipped" in result.output
+    after = mtimes(out)
+    assert all(after[n] != before[n] for n in names)
+
+
+def test_folder_resumes_after_interruption(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    names = make_folder(src)
+    assert cli(src, "-o", out).exit_code == 0
+    (out / "sub" / "b.flac").unlink()  # as if the run had stopped before this file
+    before = mtimes(out)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 0
+    assert "1 restored, 2 skipped, 0 failed" in result.output
+    after = mtimes(out)
+    assert after["a.wav"] == before["a.wav"] and after["sub/deeper/c.ogg"] == before["sub/deeper/c.ogg"]
+    assert tree(out) == sorted(names + ["restore-report.json"])
+    restored = [e for e in report(out)["files"] if e["status"] == "restored"]
+    assert [e["input"] for e in restored] == [str(src / "sub" / "b.flac")]
+
+
+def test_folder_interrupted_by_ctrl_c(cli, tmp_path, monkeypatch):
+    """A real interruption mid-file: finished outputs stay, the unfinished one leaves nothing, and the
+    same command then restores only what is missing."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    names = make_folder(src)
+    original = Restorer._sample
+    calls = []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second file's first window
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Restorer, "_sample", interrupted)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 130 and "run the same command again to resume" in result.output
+    assert "Traceback" not in result.output
+    assert tree(out) == ["a.wav", "restore-report.json"]  # no partial b.flac, no temporary file
+    monkeypatch.setattr(Restorer, "_sample", original)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 0 and "2 restored, 1 skipped, 0 failed" in result.output
+    assert tree(out) == sorted(names + ["restore-report.json"])
+
+
+def test_folder_with_bad_files(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    names = make_folder(src)
+    (src / "sub" / "bad.wav").write_text("not audio\n" * 40)
+    x = speechlike(1.0, 16000)
+    x[10] = np.nan
+    put(src / "nan.wav", data=x, subtype="FLOAT")
+    result = cli(src, "-o", out)
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert f"error: {src / 'sub' / 'bad.wav'}: not a readable audio file" in result.output
+    assert f"error: {src / 'nan.wav'}: the audio contains NaN" in result.output
+    assert "3 restored, 0 skipped, 2 failed" in result.output
+    assert tree(out) == sorted(names + ["restore-report.json"])  # the good ones, and nothing else
+    rep = report(out)
+    assert rep["summary"]["restored"] == 3 and rep["summary"]["failed"] == 2
+    failed = {e["input"]: e["error"] for e in rep["files"] if e["status"] == "failed"}
+    assert set(failed) == {str(src / "sub" / "bad.wav"), str(src / "nan.wav")}
+    assert all(path in error for path, error in failed.items())
+    # the next run retries only the failures
+    result = cli(src, "-o", out)
+    assert result.exit_code == 1 and "0 restored, 3 skipped, 2 failed" in result.output
+
+
+def test_folder_output_equal_to_input(cli, tmp_path):
+    src = tmp_path / "in"
+    make_folder(src)
+    before = tree(src)
+    assert_clean_error(cli(src, "-o", src), src, "is the input folder", 2)
+    assert tree(src) == before
+
+
+def test_folder_output_is_a_file(cli, tmp_path):
+    src = tmp_path / "in"
+    make_folder(src)
+    (tmp_path / "out.wav").write_text("x")
+    assert_clean_error(cli(src, "-o", tmp_path / "out.wav"), tmp_path / "out.wav", "is a file", 2)
+
+
+def test_folder_output_inside_input(cli, tmp_path):
+    """Resuming must not take the outputs for inputs."""
+    src = tmp_path / "in"
+    out = src / "restored"
+    names = make_folder(src)
+    assert cli(src, "-o", out).exit_code == 0
+    result = cli(src, "-o", out)
+    assert result.exit_code == 0 and "0 restored, 3 skipped, 0 failed" in result.output
+    assert tree(out) == sorted(names + ["restore-report.json"])
+
+
+def test_folder_outputs_that_would_collide(cli, tmp_path):
+    """a.wav and a.flac both become a.flac with --format flac: the second is refused, never written
+    over the first."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    put(src / "a.wav", 1.0)
+    put(src / "a.flac", 0.7)
+    result = cli(src, "-o", out, "--format", "flac")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"error: {src / 'a.wav'}: its output {out / 'a.flac'} is already the output of {src / 'a.flac'}" \
+        in result.output
+    assert "1 restored, 0 skipped, 1 failed" in result.output
+    assert sf.info(str(out / "a.flac")).frames == int(0.7 * 16000)  # restored from a.flac, not replaced
+    assert tree(out) == ["a.flac", "restore-report.json"]
+
+
+def test_folder_sidecar_transcripts(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_folder(src)
+    (src / "a.txt").write_text("a transcript for a")
+    assert cli(src, "-o", out).exit_code == 0
+    sources = {e["input"]: e["transcript"] for e in report(out)["files"]}
+    assert sources == {str(src / "a.wav"): "sidecar", str(src / "sub" / "b.flac"): "none",
+                       str(src / "sub" / "deeper" / "c.ogg"): "none"}

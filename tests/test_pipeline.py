@@ -1,0 +1,220 @@
+"""End to end through restore.pipeline.Restorer with the tiny random model (plumbing, not quality)."""
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from conftest import speechlike
+from restore import audio, weights
+from restore.config import WindowConfig
+from restore.errors import UsageError
+from restore.pipeline.restorer import Restorer
+
+SECONDS = 7.0  # three 3 s windows with 0.5 s overlap
+FAST = {"sampler": "flash", "steps": 1}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's ops are too small for threads to pay, and when another process keeps one of two
+    cores busy, two torch threads run ~100x slower than one (they wait on each other)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def live_model(tiny_model, tmp_path_factory):
+    """The tiny model with its zero-initialised layers (adaLN-zero modulation, output layer) made random:
+    a freshly initialised DiT predicts zero velocity, so its output would not depend on the input or
+    the transcript at all."""
+    files = weights.load(tiny_model)
+    g = torch.Generator().manual_seed(1)
+    state = {k: v + 0.05 * torch.randn(v.shape, generator=g) if v.is_floating_point() and not v.any() else v
+             for k, v in files.state.items()}
+    folder = tmp_path_factory.mktemp("live_model")
+    weights.save(folder, files.model, files.codec, state, dtype=torch.float32)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def restorer(live_model):
+    return Restorer(live_model, window=WindowConfig(seconds=3.0, overlap=0.5))
+
+
+def write(path, x, sr, subtype=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, x, sr, subtype=subtype)
+    return path
+
+
+def stereo(seconds, sr, identical=False):
+    a = speechlike(seconds, sr, seed=1)
+    b = a.copy() if identical else speechlike(seconds, sr, seed=2)
+    return np.stack([a, b], axis=1)
+
+
+def restored(path):
+    y, sr = sf.read(path, dtype="float32", always_2d=True)
+    return y, sr
+
+
+def test_three_windows_end_to_end(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", stereo(SECONDS, 44100), 44100)
+    seen = []
+    rep = restorer.restore_file(src, tmp_path / "out" / "out.wav", sampler="flash", steps=2,
+                                progress=lambda p: seen.append((p.window, p.windows, p.step, p.steps)))
+    out = tmp_path / "out" / "out.wav"
+    assert out.is_file()
+    info_in, info_out = sf.info(str(src)), sf.info(str(out))
+    assert (info_out.frames, info_out.samplerate, info_out.channels) == (info_in.frames, 44100, 2)
+    y, _ = restored(out)
+    assert np.isfinite(y).all() and np.abs(y).max() > 0
+    assert rep.windows == 3 and rep.channels_in == 2 and rep.channels_restored == 2
+    assert rep.sample_rate_in == rep.sample_rate_out == 44100
+    assert rep.seconds_audio == pytest.approx(SECONDS, abs=1e-3) and rep.seconds_wall > 0
+    assert rep.sampler["name"] == "flash" and rep.sampler["steps"] == 2
+    assert seen == [(w, 3, s, 2) for w in range(3) for s in range(2)]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["out.wav"]  # no temporary file left
+    d = rep.to_dict()
+    assert d["output"] == str(out) and "realtime_factor" in d
+
+
+@pytest.mark.parametrize("sr, seconds", [(8000, 0.5), (44100, 0.7), (22050, 3.01), (48000, 5.5), (96000, 2.0), (16000, 6.13)])
+def test_output_length_is_exact(restorer, tmp_path, sr, seconds):
+    """Whatever the rate and length (one window, partial windows, resampling both ways)."""
+    x = speechlike(seconds, sr)
+    src = write(tmp_path / "in.wav", x, sr)
+    restorer.restore_file(src, tmp_path / "out.wav", **FAST)
+    y, rate = restored(tmp_path / "out.wav")
+    assert rate == sr and y.shape == (len(x), 1) and np.isfinite(y).all()
+
+
+def test_seed_gives_the_same_output(restorer, live_model, tmp_path):
+    # the pro sampler draws fresh noise every step (churn), so the whole noise stream is covered
+    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000), 16000, subtype="FLOAT")
+    opts = {"sampler": "pro", "steps": 3}
+    restorer.restore_file(src, tmp_path / "a.wav", seed=7, **opts)
+    restorer.restore_file(src, tmp_path / "b.wav", seed=7, **opts)
+    Restorer(live_model, window=WindowConfig(seconds=3.0, overlap=0.5)).restore_file(
+        src, tmp_path / "c.wav", seed=7, **opts)
+    restorer.restore_file(src, tmp_path / "d.wav", seed=8, **opts)
+    a, b, c, d = (restored(tmp_path / f"{n}.wav")[0] for n in "abcd")
+    assert sf.info(str(tmp_path / "a.wav")).subtype == "FLOAT"
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)  # a fresh Restorer too
+    assert not np.allclose(a, d, atol=1e-4)
+
+
+def test_channels_auto_identical_restores_once(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", stereo(SECONDS, 16000, identical=True), 16000)
+    rep = restorer.restore_file(src, tmp_path / "out.wav", channels="auto", **FAST)
+    y, _ = restored(tmp_path / "out.wav")
+    assert rep.channels_restored == 1 and y.shape[1] == 2
+    np.testing.assert_array_equal(y[:, 0], y[:, 1])
+
+
+def test_channels_auto_different_restores_each(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", stereo(SECONDS, 16000), 16000)
+    rep = restorer.restore_file(src, tmp_path / "out.wav", channels="auto", **FAST)
+    y, _ = restored(tmp_path / "out.wav")
+    assert rep.channels_restored == 2 and y.shape[1] == 2
+    assert not np.allclose(y[:, 0], y[:, 1])
+
+
+def test_channels_each(restorer, tmp_path):
+    x = np.stack([speechlike(SECONDS, 16000, seed=s) for s in range(4)], axis=1)
+    src = write(tmp_path / "in.wav", x, 16000)
+    rep = restorer.restore_file(src, tmp_path / "out.flac", channels="each", **FAST)
+    y, _ = restored(tmp_path / "out.flac")
+    assert rep.channels_restored == 4 and y.shape == x.shape
+    # identical channels are restored one by one too when asked for
+    src = write(tmp_path / "dual.wav", stereo(SECONDS, 16000, identical=True), 16000)
+    rep = restorer.restore_file(src, tmp_path / "dual_out.wav", channels="each", **FAST)
+    assert rep.channels_restored == 2 and restored(tmp_path / "dual_out.wav")[0].shape[1] == 2
+
+
+def test_channels_mix(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", stereo(SECONDS, 22050), 22050)
+    rep = restorer.restore_file(src, tmp_path / "out.wav", channels="mix", **FAST)
+    y, sr = restored(tmp_path / "out.wav")
+    assert rep.channels_restored == 1 and y.shape == (int(SECONDS * 22050), 1) and sr == 22050
+
+
+def test_bad_channels_and_rate_options(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
+    with pytest.raises(UsageError, match="--channels"):
+        restorer.restore_file(src, tmp_path / "out.wav", channels="left", **FAST)
+    with pytest.raises(UsageError, match="--sample-rate"):
+        restorer.restore_file(src, tmp_path / "out.wav", sample_rate=1000, **FAST)
+    with pytest.raises(UsageError, match="--steps"):
+        restorer.restore_file(src, tmp_path / "out.wav", sampler="flash", steps=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]
+
+
+@pytest.mark.parametrize("rate_in, rate_out", [(16000, 48000), (44100, 22050), (8000, 8000)])
+def test_sample_rate_option(restorer, tmp_path, rate_in, rate_out):
+    src = write(tmp_path / "in.wav", stereo(2.0, rate_in), rate_in)
+    rep = restorer.restore_file(src, tmp_path / "out.wav", sample_rate=rate_out, **FAST)
+    y, sr = restored(tmp_path / "out.wav")
+    assert sr == rate_out == rep.sample_rate_out and y.shape == (2 * rate_out, 2)
+
+
+def test_transcript_sources(restorer, tmp_path):
+    text = "the quick brown fox jumps over the lazy dog"
+    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000), 16000)
+    rep_none = restorer.restore_file(src, tmp_path / "none.wav", **FAST)
+    rep_arg = restorer.restore_file(src, tmp_path / "arg.wav", transcript=text, **FAST)
+    (tmp_path / "words.txt").write_text(text + "\n")
+    rep_file = restorer.restore_file(src, tmp_path / "file.wav", transcript=str(tmp_path / "words.txt"), **FAST)
+    (tmp_path / "in.txt").write_text(text + "\n")
+    rep_side = restorer.restore_file(src, tmp_path / "side.wav", **FAST)
+    rep_over = restorer.restore_file(src, tmp_path / "over.wav", transcript="something else entirely", **FAST)
+    assert [r.transcript for r in (rep_none, rep_arg, rep_file, rep_side, rep_over)] == \
+        ["none", "given", "given", "sidecar", "given"]
+    none, arg, file, side = (restored(tmp_path / f"{n}.wav")[0] for n in ("none", "arg", "file", "side"))
+    np.testing.assert_array_equal(arg, side)  # the same text, whichever way it came
+    np.testing.assert_array_equal(arg, file)
+    assert not np.array_equal(arg, none)      # the transcript reaches the model
+    with pytest.raises(UsageError, match="no such transcript file"):
+        restorer.restore_file(src, tmp_path / "x.wav", transcript=str(tmp_path / "mistyped.txt"), **FAST)
+
+
+@pytest.mark.parametrize("ext, fmt", [(".wav", "WAV"), (".flac", "FLAC"), (".ogg", "OGG")]
+                         + ([(".mp3", "MP3")] if ".mp3" in audio.WRITE_FORMATS else []))
+def test_output_format_from_extension(restorer, tmp_path, ext, fmt):
+    x = speechlike(2.0, 22050)
+    src = write(tmp_path / "in.wav", x, 22050)
+    restorer.restore_file(src, tmp_path / f"out{ext}", **FAST)
+    info = sf.info(str(tmp_path / f"out{ext}"))
+    assert info.format == fmt and info.samplerate == 22050 and info.frames == len(x)
+
+
+def test_24_bit_in_24_bit_out(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", speechlike(1.0, 48000), 48000, subtype="PCM_24")
+    restorer.restore_file(src, tmp_path / "out.flac", **FAST)
+    restorer.restore_file(src, tmp_path / "out.wav", **FAST)
+    assert sf.info(str(tmp_path / "out.flac")).subtype == "PCM_24"
+    assert sf.info(str(tmp_path / "out.wav")).subtype == "PCM_24"
+
+
+def test_failure_mid_file_leaves_existing_output(restorer, tmp_path, monkeypatch):
+    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000), 16000)
+    out = write(tmp_path / "out.wav", speechlike(1.0, 16000, seed=3), 16000)
+    before = out.read_bytes()
+    calls = []
+    original = Restorer._sample
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("crash in window 2")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Restorer, "_sample", failing)
+    with pytest.raises(RuntimeError, match="crash"):
+        restorer.restore_file(src, out, **FAST)
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav", "out.wav"]
