@@ -83,8 +83,15 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def finish_trace(restorer: Restorer | None, trace: Path | None, echo) -> None:
+    if restorer is not None and trace is not None:
+        restorer.tracer.write(trace)
+        echo(f"trace: {trace} (open in ui.perfetto.dev or chrome://tracing)")
+
+
 def run(input: Path, output: Path | None, *, model: Path | None = None, plan: str = "auto", device: str = "auto",
         format: str | None = None, overwrite: bool = False, report: Path | None = None, progress: bool = False,
+        trace: Path | None = None, mlp_share: float | None = None,
         echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr), **options) -> int:
     """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed)."""
     input = Path(input)
@@ -93,18 +100,20 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
     output = Path(output) if output is not None else default_output(input)
     if input.is_dir():
         return _run_folder(input, output, model=model, plan=plan, device=device, format=format,
-                           overwrite=overwrite, report=report, progress=progress, echo=echo, **options)
+                           overwrite=overwrite, report=report, progress=progress, echo=echo, trace=trace,
+                           mlp_share=mlp_share, **options)
     if format:
         raise UsageError("--format applies to folder runs; give the output file's extension instead")
     audio.check_output(input, output, overwrite)
     audio.probe(input)  # fail on a bad input before loading the model
-    restorer = Restorer(model, plan=plan, device=device)
+    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share)
     line = ProgressLine(progress)
     try:
         rep = restorer.restore_file(input, output, progress=line, **options)
     finally:
         line.end()
         restorer.close()  # plans with a worker process: stop it and free its shared memory
+    finish_trace(restorer, trace, echo)
     for w in rep.warnings:
         echo(f"warning: {w}")
     echo(f"restored {input} -> {output} ({rep.seconds_audio:.1f} s of audio in {rep.seconds_wall:.1f} s, "
@@ -115,7 +124,7 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
 
 
 def _run_folder(input: Path, output: Path, *, model, plan, device, format, overwrite, report, progress, echo,
-                **options) -> int:
+                trace=None, mlp_share=None, **options) -> int:
     out_root = output.resolve()
     if out_root == input.resolve():
         raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
@@ -127,59 +136,80 @@ def _run_folder(input: Path, output: Path, *, model, plan, device, format, overw
         raise UsageError(f"{output}: is a file; a folder input needs an output folder")
     if format and "." + format.lstrip(".").lower() not in audio.WRITE_FORMATS:
         raise UsageError(f"--format {format}: cannot write that; use one of {', '.join(sorted(audio.WRITE_FORMATS))}")
-    report_path = report or output / REPORT_NAME
-    pairs = [(f, folder_output(input, output, f, format)) for f in files]
-    todo, entries = [], []  # one pass (a membership test in `todo` per pair is quadratic in big folders)
-    claimed: dict[Path, Path] = {}
-    clashes = []  # e.g. a.wav and a.flac with --format flac: the second would replace the first's output
-    for i, o in pairs:
-        if o in claimed:
-            clashes.append({"input": str(i), "output": str(o), "status": "failed",
-                            "error": f"{i}: its output {o} is already the output of {claimed[o]}; "
-                                     f"rename one of them or choose another --format"})
-            continue
-        claimed[o] = i
-        if overwrite or not o.exists():
-            todo.append((i, o))
-        else:
-            entries.append({"input": str(i), "output": str(o), "status": "skipped (output exists)"})
-    skipped = len(entries)
-    summary = {"input": str(input), "output": str(output), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "settings": {k: v for k, v in options.items()}, "files": entries}
-    if skipped:
-        echo(f"{skipped} of {len(pairs)} files already restored; skipping them (use --overwrite to redo)")
-    for c in clashes:
-        echo(f"error: {c['error']}")
-    entries.extend(clashes)
-    restorer = Restorer(model, plan=plan, device=device) if todo else None
-    line = ProgressLine(progress, len(todo))
-    failed = len(clashes)
-    seconds_audio = seconds_wall = 0.0
-    for k, (src, dst) in enumerate(todo):
-        line.file(k)
-        try:
-            rep = restorer.restore_file(src, dst, progress=line, overwrite=True, **options)
-            entries.append({"status": "restored", **rep.to_dict()})
-            seconds_audio += rep.seconds_audio
-            seconds_wall += rep.seconds_wall
-            for w in rep.warnings:
+    run = FolderRun(input, output, report or output / REPORT_NAME, options, echo)
+    run.plan([(f, folder_output(input, output, f, format)) for f in files], overwrite)
+    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share) \
+        if run.todo else None
+    try:
+        code = run.restore(restorer, ProgressLine(progress, len(run.todo)))
+    finally:
+        if restorer is not None:
+            restorer.close()  # also on Ctrl-C: stop the worker process, free its shared memory
+    finish_trace(restorer, trace, echo)
+    return code
+
+
+class FolderRun:
+    """The state of one folder run: what to do, what was done, and its JSON report."""
+
+    def __init__(self, input: Path, output: Path, report_path: Path, options: dict, echo):
+        self.report_path, self.options, self.echo = report_path, options, echo
+        self.todo: list[tuple[Path, Path]] = []
+        self.entries: list[dict] = []
+        self.skipped = self.failed = self.restored = 0
+        self.seconds_audio = self.seconds_wall = 0.0
+        self.summary = {"input": str(input), "output": str(output), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "settings": dict(options), "files": self.entries}
+
+    def plan(self, pairs: list[tuple[Path, Path]], overwrite: bool) -> None:
+        """Sort (input, output) pairs into to-do, skipped (output exists) and clashing (two inputs, one
+        output: e.g. a.wav and a.flac with --format flac), in one pass."""
+        claimed: dict[Path, Path] = {}
+        clashes = []
+        for i, o in pairs:
+            if o in claimed:
+                clashes.append({"input": str(i), "output": str(o), "status": "failed",
+                                "error": f"{i}: its output {o} is already the output of {claimed[o]}; "
+                                         f"rename one of them or choose another --format"})
+                continue
+            claimed[o] = i
+            if overwrite or not o.exists():
+                self.todo.append((i, o))
+            else:
+                self.entries.append({"input": str(i), "output": str(o), "status": "skipped (output exists)"})
+        self.skipped = len(self.entries)
+        if self.skipped:
+            self.echo(f"{self.skipped} of {len(pairs)} files already restored; skipping them (use --overwrite to redo)")
+        for c in clashes:
+            self.echo(f"error: {c['error']}")
+        self.entries.extend(clashes)
+        self.failed = len(clashes)
+
+    def restore(self, restorer, line: ProgressLine) -> int:
+        for k, (src, dst) in enumerate(self.todo):
+            line.file(k)
+            try:
+                rep = restorer.restore_file(src, dst, progress=line, overwrite=True, **self.options)
+                self.entries.append({"status": "restored", **rep.to_dict()})
+                self.restored += 1
+                self.seconds_audio += rep.seconds_audio
+                self.seconds_wall += rep.seconds_wall
+                for w in rep.warnings:
+                    line.end()
+                    self.echo(f"warning: {src}: {w}")
+            except RestoreError as e:
+                self.failed += 1
                 line.end()
-                echo(f"warning: {src}: {w}")
-        except RestoreError as e:
-            failed += 1
-            line.end()
-            echo(f"error: {e}")
-            entries.append({"input": str(src), "output": str(dst), "status": "failed", "error": str(e)})
-        summary["files"] = entries
-        write_json(report_path, summary)  # after every file: an interrupted run still leaves a report
-    line.end()
-    if restorer is not None:
-        restorer.close()
-    restored = len(todo) - failed + len(clashes)
-    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    summary["summary"] = {"restored": restored, "skipped": skipped, "failed": failed,
-                          "seconds_audio": round(seconds_audio, 2), "seconds_wall": round(seconds_wall, 2)}
-    write_json(report_path, summary)
-    rate = f", {seconds_audio / seconds_wall:.2f}x realtime" if seconds_wall else ""
-    echo(f"{restored} restored, {skipped} skipped, {failed} failed{rate}; report: {report_path}")
-    return 1 if failed else 0
+                self.echo(f"error: {e}")
+                self.entries.append({"input": str(src), "output": str(dst), "status": "failed", "error": str(e)})
+            write_json(self.report_path, self.summary)  # after every file: an interrupted run leaves a report
+        line.end()
+        self.summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.summary["summary"] = {"restored": self.restored, "skipped": self.skipped, "failed": self.failed,
+                                   "seconds_audio": round(self.seconds_audio, 2),
+                                   "seconds_wall": round(self.seconds_wall, 2)}
+        write_json(self.report_path, self.summary)
+        rate = f", {self.seconds_audio / self.seconds_wall:.2f}x realtime" if self.seconds_wall else ""
+        self.echo(f"{self.restored} restored, {self.skipped} skipped, {self.failed} failed{rate}; "
+                  f"report: {self.report_path}")
+        return 1 if self.failed else 0

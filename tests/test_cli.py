@@ -418,3 +418,24 @@ def test_folder_sidecar_transcripts(cli, tmp_path):
     sources = {e["input"]: e["transcript"] for e in report(out)["files"]}
     assert sources == {str(src / "a.wav"): "sidecar", str(src / "sub" / "b.flac"): "none",
                        str(src / "sub" / "deeper" / "c.ogg"): "none"}
+
+
+# ---- plans and trace ----
+
+def test_split_plan_with_trace(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 2.0)
+    trace = tmp_path / "trace.json"
+    result = cli(src, "-o", tmp_path / "out.wav", "--plan", "split", "--mlp-share", "0.5", "--trace", trace,
+                 "--steps", "2", fast=False)
+    assert result.exit_code == 0, result.output
+    assert sf.info(str(tmp_path / "out.wav")).frames == 2 * 16000
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert {"main", "worker", "second engine", "pipeline", "io"} <= tracks
+    assert f"trace: {trace}" in result.output
+
+
+def test_unknown_plan_is_a_usage_error(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 1.0)
+    result = cli(src, "-o", tmp_path / "out.wav", "--plan", "cuda", "--device", "cpu")
+    assert result.exit_code == 2 and "cuda" in result.output and "Traceback" not in result.output
