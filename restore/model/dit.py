@@ -30,10 +30,13 @@ class Context:
     text_mask: torch.Tensor | None       # (B, L) bool, keys that exist
     cos: torch.Tensor                    # (T, hd/2) rotary tables
     sin: torch.Tensor
+    free: int = 0                        # leading rows without text (u, so): cross-attention is a constant
 
-    def rows(self, index) -> "Context":
+    def rows(self, index: slice) -> "Context":
+        start, stop, _ = index.indices(self.cond_h.shape[0])
         pick = (lambda a: None if a is None else a[index])
-        return Context(self.cond_h[index], pick(self.text), pick(self.text_mask), self.cos, self.sin)
+        return Context(self.cond_h[index], pick(self.text), pick(self.text_mask), self.cos, self.sin,
+                       max(0, min(stop, self.free) - start))
 
 
 class DiT(nn.Module):
@@ -94,7 +97,7 @@ class DiT(nn.Module):
         free_mask[:, 0] = True
         cos, sin = rotary_tables(obs.shape[1], self.config.head_dim, self.config.rope_theta, device=obs.device)
         return Context(cond_h, torch.cat([text_free, text_free, text_sot]),
-                       torch.cat([free_mask, free_mask, text_mask]), cos, sin)
+                       torch.cat([free_mask, free_mask, text_mask]), cos, sin, free=2 * b)
 
     def null_text_state(self) -> torch.Tensor:
         """(Wt,) the text encoder's output for the null token alone."""
@@ -117,7 +120,7 @@ class DiT(nn.Module):
         mod, fmod = self.modulation(t)
         h = self.x_in(x) + ctx.cond_h
         for blk in self.blocks:
-            h = blk(h, mod, ctx.cos, ctx.sin, ctx.text, ctx.text_mask)
+            h = blk(h, mod, ctx.cos, ctx.sin, ctx.text, ctx.text_mask, ctx.free)
         return self.head(h, fmod)
 
     def forward(self, x, t, degraded, obs, use_cond, text_ids, text_mask):

@@ -122,13 +122,18 @@ class Block(nn.Module):
         self.mlp = SwiGLU(width, intermediate)
         self.ada = nn.Parameter(torch.zeros(6, width))  # per-layer offset to the shared modulation
 
-    def forward(self, x, mod, cos, sin, text, text_mask, cross_const=None):
-        """x (B, T, C); mod (B, 6, C); text (B, L, Wt) + text_mask (B, L), or cross_const (B, C) for
-        text-free rows (the precomputed null-token output)."""
+    def forward(self, x, mod, cos, sin, text, text_mask, free: int = 0):
+        """x (B, T, C); mod (B, 6, C); text (B, L, Wt) + text_mask (B, L). The first `free` rows are
+        text-free: they attend to the null token alone, so their cross-attention is the constant
+        o_proj(v_proj(null state)), added without computing queries, attention or the projection."""
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = (mod + self.ada).unbind(1)
         x = x + gate_a[:, None] * self.attn(modulate(self.attn_norm(x), shift_a, scale_a), cos, sin)
-        if cross_const is not None:
-            x = x + cross_const[:, None, :]
+        if free:
+            const = self.cross.null_output(text[0, 0])  # row 0 is text-free: position 0 is the null state
+            rest = x[free:]
+            if len(rest):
+                rest = rest + self.cross(self.cross_norm(rest), text[free:], text_mask[free:])
+            x = torch.cat([x[:free] + const, rest])
         else:
             x = x + self.cross(self.cross_norm(x), text, text_mask)
         x = x + gate_m[:, None] * self.mlp(modulate(self.mlp_norm(x), shift_m, scale_m))
