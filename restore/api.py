@@ -50,8 +50,9 @@ class ProgressLine:
         self.enabled, self.files, self.index = enabled, files, 0
         self.last = 0.0
 
-    def file(self, index: int) -> None:
-        self.index = index
+    def file(self, done: int) -> None:
+        """Files finished so far (a batched folder run works on several at once)."""
+        self.index = done
 
     def __call__(self, p: Progress) -> None:
         if not self.enabled:
@@ -62,7 +63,7 @@ class ProgressLine:
         self.last = now
         done = (p.window + (p.step + 1) / p.steps) / p.windows
         bar = "#" * int(done * 30)
-        head = f"[{self.index + 1}/{self.files}] " if self.files > 1 else ""
+        head = f"[{self.index}/{self.files} done] " if self.files > 1 else ""
         sys.stderr.write(f"\r{head}{Path(p.file).name[:40]} [{bar:<30}] window {p.window + 1}/{p.windows} "
                          f"step {p.step + 1}/{p.steps}  ")
         sys.stderr.flush()
@@ -91,7 +92,7 @@ def finish_trace(restorer: Restorer | None, trace: Path | None, echo) -> None:
 
 def run(input: Path, output: Path | None, *, model: Path | None = None, plan: str = "auto", device: str = "auto",
         format: str | None = None, overwrite: bool = False, report: Path | None = None, progress: bool = False,
-        trace: Path | None = None, mlp_share: float | None = None,
+        trace: Path | None = None, mlp_share: float | None = None, batch: int | None = None,
         echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr), **options) -> int:
     """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed)."""
     input = Path(input)
@@ -101,7 +102,7 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
     if input.is_dir():
         return _run_folder(input, output, model=model, plan=plan, device=device, format=format,
                            overwrite=overwrite, report=report, progress=progress, echo=echo, trace=trace,
-                           mlp_share=mlp_share, **options)
+                           mlp_share=mlp_share, batch=batch, **options)
     if format:
         raise UsageError("--format applies to folder runs; give the output file's extension instead")
     audio.check_output(input, output, overwrite)
@@ -124,7 +125,7 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
 
 
 def _run_folder(input: Path, output: Path, *, model, plan, device, format, overwrite, report, progress, echo,
-                trace=None, mlp_share=None, **options) -> int:
+                trace=None, mlp_share=None, batch: int | None = None, **options) -> int:
     out_root = output.resolve()
     if out_root == input.resolve():
         raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
@@ -141,7 +142,7 @@ def _run_folder(input: Path, output: Path, *, model, plan, device, format, overw
     restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share) \
         if run.todo else None
     try:
-        code = run.restore(restorer, ProgressLine(progress, len(run.todo)))
+        code = run.restore(restorer, ProgressLine(progress, len(run.todo)), batch)
     finally:
         if restorer is not None:
             restorer.close()  # also on Ctrl-C: stop the worker process, free its shared memory
@@ -185,24 +186,27 @@ class FolderRun:
         self.entries.extend(clashes)
         self.failed = len(clashes)
 
-    def restore(self, restorer, line: ProgressLine) -> int:
-        for k, (src, dst) in enumerate(self.todo):
-            line.file(k)
-            try:
-                rep = restorer.restore_file(src, dst, progress=line, overwrite=True, **self.options)
+    def restore(self, restorer, line: ProgressLine, batch: int | None = None) -> int:
+        started = time.perf_counter()
+        batch_rows = batch or (16 if restorer is not None and restorer.plan.device.startswith("cuda") else 1)
+        results = restorer.restore_files(self.todo, progress=line, overwrite=True, batch_rows=batch_rows,
+                                         **self.options) if restorer is not None else []
+        for k, (src, dst, rep) in enumerate(results):
+            line.file(k + 1)
+            if isinstance(rep, RestoreError):
+                self.failed += 1
+                line.end()
+                self.echo(f"error: {rep}")
+                self.entries.append({"input": str(src), "output": str(dst), "status": "failed", "error": str(rep)})
+            else:
                 self.entries.append({"status": "restored", **rep.to_dict()})
                 self.restored += 1
                 self.seconds_audio += rep.seconds_audio
-                self.seconds_wall += rep.seconds_wall
                 for w in rep.warnings:
                     line.end()
                     self.echo(f"warning: {src}: {w}")
-            except RestoreError as e:
-                self.failed += 1
-                line.end()
-                self.echo(f"error: {e}")
-                self.entries.append({"input": str(src), "output": str(dst), "status": "failed", "error": str(e)})
             write_json(self.report_path, self.summary)  # after every file: an interrupted run leaves a report
+        self.seconds_wall = time.perf_counter() - started  # files overlap when batched: wall time of the run
         line.end()
         self.summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.summary["summary"] = {"restored": self.restored, "skipped": self.skipped, "failed": self.failed,

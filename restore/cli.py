@@ -52,6 +52,7 @@ def restore(
     overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the shipped model in assets/).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report (folder runs default to OUTPUT/restore-report.json).")] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Folder runs: channel windows restored together (default 16 on a GPU, 1 on the CPU).")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="Write a Chrome/Perfetto trace (JSON) of what ran where and when.")] = None,
     mlp_share: Annotated[Optional[float], typer.Option("--mlp-share", help="split plan: share of each MLP on the second engine (default: measured).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
@@ -63,7 +64,7 @@ def restore(
         code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, seed=seed,
                        transcript=transcript, device=device, plan=plan.value, sample_rate=sample_rate,
                        channels=channels.value, format=format, overwrite=overwrite, model=model, report=report,
-                       trace=trace, mlp_share=mlp_share, progress=not quiet and sys.stderr.isatty())
+                       batch=batch, trace=trace, mlp_share=mlp_share, progress=not quiet and sys.stderr.isatty())
     except RestoreError as e:
         if debug:
             traceback.print_exc()

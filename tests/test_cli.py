@@ -111,7 +111,7 @@ def test_progress_line_on_a_terminal(capsys):
     line(api.Progress("a/b.wav", 0, 2, 3, 4))
     line.end()
     err = capsys.readouterr().err
-    assert "b.wav" in err and "window 1/2" in err and "step 4/4" in err and "[1/2]" in err
+    assert "b.wav" in err and "window 1/2" in err and "step 4/4" in err and "[0/2 done]" in err
     api.ProgressLine(False)(api.Progress("a/b.wav", 0, 2, 3, 4))
     assert capsys.readouterr().err == ""
 
@@ -330,8 +330,8 @@ def test_folder_interrupted_by_ctrl_c(cli, tmp_path, monkeypatch):
 
     def interrupted(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # the second file's first window
-            raise KeyboardInterrupt
+        if len(calls) == 3:  # the third file's window: the first file is written (decodes run one window
+            raise KeyboardInterrupt  # behind sampling), the second is not yet
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Restorer, "_sample", interrupted)

@@ -218,3 +218,29 @@ def test_failure_mid_file_leaves_existing_output(restorer, tmp_path, monkeypatch
         restorer.restore_file(src, out, **FAST)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav", "out.wav"]
+
+
+def test_batching_windows_of_several_files_does_not_change_the_audio(restorer, tmp_path):
+    """Windows of several files share one sampler loop; each keeps its own seed."""
+    srcs = [write(tmp_path / f"in{i}.wav", speechlike(s, 16000, seed=i), 16000) for i, s in enumerate((2.0, 7.5, 4.0))]
+    one = [(s, tmp_path / f"one_{s.name}") for s in srcs]
+    many = [(s, tmp_path / f"many_{s.name}") for s in srcs]
+    opts = dict(sampler="flash", steps=2, seed=3)
+    got_one = list(restorer.restore_files(one, batch_rows=1, **opts))
+    got_many = list(restorer.restore_files(many, batch_rows=4, **opts))
+    assert [r[0] for r in got_one] == srcs and all(not isinstance(r[2], Exception) for r in got_one + got_many)
+    for (_, a), (_, b) in zip(one, many):
+        x, _ = sf.read(a)
+        y, _ = sf.read(b)
+        assert x.shape == y.shape and np.allclose(x, y, atol=1e-4)
+
+
+def test_a_bad_file_in_a_batch_is_reported_and_the_others_restored(restorer, tmp_path):
+    good = write(tmp_path / "good.wav", speechlike(2.0, 16000), 16000)
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    results = list(restorer.restore_files([(bad, tmp_path / "o1.wav"), (good, tmp_path / "o2.wav")],
+                                          batch_rows=4, sampler="flash", steps=1))
+    kinds = {r[0].name: type(r[2]).__name__ for r in results}
+    assert kinds == {"bad.wav": "InputError", "good.wav": "FileReport"}
+    assert (tmp_path / "o2.wav").exists() and not (tmp_path / "o1.wav").exists()

@@ -3,7 +3,7 @@ yields after every step (the caller decides about progress and cancellation)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -11,12 +11,13 @@ from ..config import SamplerConfig
 from ..sampling import combine, guided_steps, step, timesteps
 
 
-def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig, generator: torch.Generator,
+def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
+                     generator: torch.Generator | Callable[[], torch.Tensor],
                      device: torch.device | str = "cpu") -> Iterator[tuple[int, torch.Tensor]]:
     """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0.
 
-    Fresh noise for stochastic steps comes from the CPU `generator`, so a seed gives the same audio on
-    every engine and plan."""
+    Fresh noise for stochastic steps comes from the CPU (a generator, or a function drawing one tensor
+    of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
     ts = timesteps(cfg.steps, cfg.shift).tolist()
     guided = guided_steps(cfg.steps, cfg.guided_until)
     x = noise.float().to(device)
@@ -25,6 +26,6 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig, generator:
         v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
         fresh = None
         if cfg.churn > 0 and ts[i + 1] > 0:
-            fresh = torch.randn(x.shape, generator=generator).to(device)
+            fresh = (generator() if callable(generator) else torch.randn(x.shape, generator=generator)).to(device)
         x = step(x, v.to(device), ts[i], ts[i + 1], cfg.churn, fresh)
         yield i, x

@@ -1,26 +1,26 @@
-"""Restoring one file: stream in, window, condition, sample, decode, crossfade, stream out."""
+"""Restoring files: windows through an engine's sampler loop, codec work overlapped with sampling,
+and windows of several files batched into one loop when asked (`batch_rows`)."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, field, replace
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from queue import Queue
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
-from .. import audio, text as text_mod, weights
+from .. import weights
 from ..codec import build_codec
 from ..config import SamplerConfig, WindowConfig
 from ..engines.base import Plan, build_engine, resolve_plan
 from ..engines.trace import Tracer
-from ..errors import InputError, UsageError
+from ..errors import InputError, RestoreError, UsageError
+from .job import CHANNEL_MODES, LEVEL_RMS, FileJob, FileReport, Window, find_transcript  # noqa: F401
 from .loop import generate_latents
-from .windows import Geometry, Stitcher, windows
-
-LEVEL_RMS = 0.05      # the input level the model was trained at (restore.training.trainer.LEVEL_RMS)
-CHANNEL_MODES = ("auto", "each", "mix")
+from .windows import Geometry
 
 
 @dataclass
@@ -31,31 +31,6 @@ class Progress:
     windows: int
     step: int
     steps: int
-
-
-@dataclass
-class FileReport:
-    input: str
-    output: str
-    seconds_audio: float
-    seconds_wall: float
-    windows: int
-    sample_rate_in: int
-    sample_rate_out: int
-    channels_in: int
-    channels_restored: int
-    sampler: dict
-    seed: int
-    transcript: str          # "given", "sidecar" or "none"
-    clipped_samples: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def realtime(self) -> float:
-        return self.seconds_audio / max(self.seconds_wall, 1e-9)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "realtime_factor": round(self.realtime, 3)}
 
 
 def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: float | None = None) -> SamplerConfig:
@@ -72,22 +47,6 @@ def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: flo
             raise UsageError(f"--guidance must be 0 or more, got {guidance}")
         cfg = replace(cfg, w_so=guidance, w_t=guidance)
     return cfg
-
-
-def find_transcript(path: Path, transcript: str | None) -> tuple[str | None, str]:
-    """--transcript (text, or a path to a .txt file) wins; else a sidecar NAME.txt; else none."""
-    if transcript:
-        p = Path(transcript)
-        if p.suffix.lower() == ".txt" and p.is_file():
-            return p.read_text(errors="replace").strip() or None, "given"
-        if p.suffix.lower() == ".txt" and not any(c.isspace() for c in transcript):
-            # a mistyped transcript file name would otherwise be used as the transcript text
-            raise UsageError(f"{transcript}: no such transcript file")
-        return transcript.strip() or None, "given"
-    sidecar = path.with_suffix(".txt")
-    if sidecar.is_file():
-        return sidecar.read_text(errors="replace").strip() or None, "sidecar"
-    return None, "none"
 
 
 class Restorer:
@@ -125,117 +84,167 @@ class Restorer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def restore_file(self, input: str | Path, output: str | Path, *, sampler: str = "pro",
-                     steps: int | None = None, guidance: float | None = None, seed: int = 0,
-                     transcript: str | None = None, channels: str = "auto", sample_rate: int | None = None,
-                     overwrite: bool = True, progress: Callable[[Progress], None] | None = None) -> FileReport:
+    def restore_file(self, input: str | Path, output: str | Path, *, progress: Callable[[Progress], None] | None = None,
+                     **options) -> FileReport:
         """Restore `input` into `output` (format from its extension, at the input's rate unless
-        `sample_rate` is given). The output appears only when complete."""
-        started = time.perf_counter()
-        input, output = Path(input), Path(output)
+        `sample_rate` is given); the output appears only when complete. Options: sampler, steps,
+        guidance, seed, transcript, channels, sample_rate, overwrite."""
+        for _, _, result in self.restore_files([(input, output)], progress=progress, **options):
+            if isinstance(result, RestoreError):
+                raise result
+            return result
+        raise AssertionError("unreachable: one file in, one result out")
+
+    def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], *, sampler: str = "pro",
+                      steps: int | None = None, guidance: float | None = None, batch_rows: int = 1,
+                      progress: Callable[[Progress], None] | None = None, **options
+                      ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
+        """Restore many files, yielding (input, output, report or error) as each one finishes. Windows
+        of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
+        faster so); each window keeps its own seed, so batching does not change the audio. A file that
+        cannot be opened, or fails, is reported and the others go on."""
         cfg = sampler_config(sampler, steps, guidance)
-        if channels not in CHANNEL_MODES:
-            raise UsageError(f"--channels must be one of {', '.join(CHANNEL_MODES)}, got {channels!r}")
-        if sample_rate is not None and not audio.MIN_RATE <= sample_rate <= audio.MAX_RATE:
-            raise UsageError(f"--sample-rate must be {audio.MIN_RATE}-{audio.MAX_RATE} Hz, got {sample_rate}")
-        info = audio.probe(input)
-        audio.check_output(input, output, overwrite)
-        levels = audio.scan(info)
-        text, text_source = find_transcript(input, transcript)
-        mix = channels == "mix" or (channels == "auto" and levels.channels_identical)
-        rows = 1 if mix else info.channels
-        out_channels = 1 if channels == "mix" else info.channels
-        out_rate = sample_rate or info.sample_rate
-        gain = LEVEL_RMS / max(levels.rms, 1e-6)
-        sr = self.sample_rate
-        total = int(round(info.frames * sr / info.sample_rate))
-        n_windows = self.geometry.count(total)
-        stitch = Stitcher(self.geometry)
-        back = audio.StreamResampler(sr, out_rate, rows)
-        subtype = audio.output_subtype(info, output.suffix.lower())
-        report = FileReport(str(input), str(output), info.duration, 0.0, n_windows, info.sample_rate, out_rate,
-                            info.channels, rows, cfg.to_dict(), seed, text_source)
+        failed: list[tuple[Path, Path, RestoreError]] = []
+        open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
 
-        # Resampling in and back out can be a sample off the exact length; the output is cut or
-        # zero-padded to the input's duration at the output rate (exactly the input's frames at its rate).
-        expected = int(round(info.frames * out_rate / info.sample_rate))
-        written = 0
+        def all_windows() -> Iterator[Window]:
+            for src, dst in pairs:
+                try:
+                    job = FileJob(src, dst, model_rate=self.sample_rate, geometry=self.geometry, cfg=cfg,
+                                  tracer=self.tracer, **options)
+                except RestoreError as e:
+                    failed.append((Path(src), Path(dst), e))
+                    continue
+                open_jobs.add(job)
+                try:
+                    yield from job.windows()
+                except RestoreError as e:  # a read failing part-way
+                    job.failed = e
+                    yield Window(job, -1, None, 0, [])
 
-        def emit(block: np.ndarray, writer: audio.AtomicWriter, last: bool = False) -> None:
-            nonlocal written
-            block = back(block, last=last)[: expected - written]
-            if last and written + len(block) < expected:
-                block = np.concatenate([block, np.zeros((expected - written - len(block), rows), np.float32)])
-            if len(block):
-                with self.tracer.span("write", "io"):
-                    writer.write(np.repeat(block, out_channels, axis=1) if rows == 1 and out_channels > 1 else block)
-                written += len(block)
+        try:
+            yield from self._deliver(_prefetch(_batched(all_windows(), batch_rows)), cfg, progress, failed, open_jobs)
+        finally:
+            for job in list(open_jobs):  # an error or interruption: no half-written outputs stay behind
+                job.abort()
 
-        def source():
-            stream = audio.model_rate_stream(info, sr)
-            for k, (win, real) in enumerate(windows(stream, self.geometry, info.channels)):
-                x = win.mean(axis=1, keepdims=True) if mix else win  # (L, rows)
-                start = k * self.geometry.hop / sr
-                share = text_mod.window_share(text, start, start + real / sr, total / sr)
-                yield torch.from_numpy(np.ascontiguousarray(x.T * gain, dtype=np.float32)), real, [share] * rows
-
-        def on_step(k: int, i: int) -> None:
-            if progress:
-                progress(Progress(str(input), k, n_windows, i, cfg.steps))
-
+    def _deliver(self, batches, cfg, progress, failed, open_jobs):
+        """Route each restored window to its file; yield files as they finish or fail."""
         warned = len(self.engine.warnings)
-        with audio.AtomicWriter(output, out_rate, out_channels, subtype) as writer:
-            for y, real in self._pipeline(source(), cfg, seed, on_step):
-                emit(stitch.push(y.T / gain, real), writer)
-            emit(stitch.finish().reshape(-1, rows), writer, last=True)
-            report.clipped_samples = writer.clipped
-        report.warnings += self.engine.warnings[warned:]
-        if report.clipped_samples:
-            report.warnings.append(f"{report.clipped_samples} output samples were clipped to full scale")
-        report.seconds_wall = time.perf_counter() - started
-        return report
+        for batch, outs in self._pipeline(batches, cfg, progress):
+            while failed:
+                yield failed.pop(0)
+            for w, out in zip(batch, outs):
+                job = w.job
+                if job.failed is not None:
+                    if job in open_jobs:
+                        job.abort()
+                        open_jobs.discard(job)
+                        yield job.input, job.output, job.failed
+                    continue
+                try:
+                    if not np.isfinite(out).all():
+                        raise InputError(f"{job.input}: the model produced non-finite samples in window "
+                                         f"{w.index + 1} (damaged model files?)")
+                    out[:, w.real:] = 0.0
+                    if job.deliver(out, w.real):
+                        open_jobs.discard(job)
+                        yield job.input, job.output, job.finish(self.engine.warnings[warned:])
+                        warned = len(self.engine.warnings)
+                except RestoreError as e:
+                    job.failed = e
+                    job.abort()
+                    open_jobs.discard(job)
+                    yield job.input, job.output, e
+        while failed:
+            yield failed.pop(0)
 
-    def _pipeline(self, source, cfg: SamplerConfig, seed: int, on_step) -> Iterator[tuple[np.ndarray, int]]:
-        """Windows through the engine, codec work overlapped with sampling: window k+1's encode is queued
-        before window k samples, and window k's decode after it; plans with a worker run both in the
-        idle time they declare. The first window's encode has nothing to overlap and starts at once.
-        Yields each restored window (rows, L) at the model rate with its count of real samples."""
+    def _pipeline(self, batches: Iterator[list[Window]], cfg: SamplerConfig, progress
+                  ) -> Iterator[tuple[list[Window], list[np.ndarray]]]:
+        """Batches through the engine, codec work overlapped with sampling: batch k+1's encode is queued
+        before batch k samples, and batch k's decode after it; plans with a worker run both in the idle
+        time they declare. The first encode has nothing to overlap and starts at once. Yields each batch
+        with its restored windows (rows, L) at the model rate."""
         eng = self.engine
-        read = lambda: next(source, None)
-        with self.tracer.span("read", "io"):
-            nxt = read()
-        enc = eng.encode_async(nxt[0], urgent=True) if nxt is not None else None
+        live = lambda b: [w for w in b if w.wave is not None]
+        nxt = next(batches, None)
+        enc = eng.encode_async(torch.cat([w.wave for w in live(nxt)]), urgent=True) if nxt and live(nxt) else None
         pending = None
         k = 0
         while nxt is not None:
-            (wave, real, texts), obs = nxt, eng.result(enc)
-            with self.tracer.span("read", "io"):
-                nxt = read()
-            enc = eng.encode_async(nxt[0]) if nxt is not None else None
-            with self.tracer.span(f"window {k + 1}", "pipeline"):
-                latents = self._sample(wave, obs, texts, cfg, seed, k, on_step)
-            eng.idle()  # between windows the worker's engine has no branch to run
+            cur, obs = nxt, (eng.result(enc) if enc is not None else None)
+            nxt = next(batches, None)
+            enc = eng.encode_async(torch.cat([w.wave for w in live(nxt)])) if nxt and live(nxt) else None
+            latents = None
+            if obs is not None:
+                with self.tracer.span(f"batch {k + 1}", "pipeline"):
+                    latents = self._sample(live(cur), obs, cfg, progress)
+                eng.idle()  # between batches the worker's engine has no branch to run
             if pending is not None:
-                yield self._finish(*pending)
-            pending = (eng.decode_async(latents), real, k)
+                yield self._split(*pending)
+            pending = (eng.decode_async(latents) if latents is not None else None, cur)
             k += 1
         if pending is not None:
-            yield self._finish(*pending)
+            yield self._split(*pending)
 
     @torch.inference_mode()
-    def _sample(self, wave, obs, texts, cfg: SamplerConfig, seed: int, index: int, on_step) -> torch.Tensor:
-        """One window's sampler loop: level-normalised wave (rows, N), obs (rows, T, D) -> latents."""
-        self.engine.begin_window(wave, obs, texts)
-        g = torch.Generator().manual_seed(seed * 1_000_003 + index)  # per window: independent of batching
-        noise = torch.randn(obs.shape, generator=g)
+    def _sample(self, batch: list[Window], obs: torch.Tensor, cfg: SamplerConfig, progress) -> torch.Tensor:
+        """One sampler loop over a batch of windows -> latents (R, T, D). Each window draws its noise from
+        its own generator, seeded by (seed, window index): the audio does not depend on batching."""
+        wave = torch.cat([w.wave for w in batch])
+        self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts])
+        gens = [torch.Generator().manual_seed(w.job.seed * 1_000_003 + w.index) for w in batch]
+        shape = lambda w: (w.wave.shape[0], *obs.shape[1:])
+        noise = lambda: torch.cat([torch.randn(shape(w), generator=g) for w, g in zip(batch, gens)])
+        first = batch[0]
         latents = None
-        for i, latents in generate_latents(self.engine, noise, cfg, g, self.plan.device):
-            on_step(index, i)
+        for i, latents in generate_latents(self.engine, noise(), cfg, noise, self.plan.device):
+            if progress:
+                progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
         return latents
 
-    def _finish(self, handle, real: int, index: int) -> tuple[np.ndarray, int]:
-        out = self.engine.result(handle).float().cpu().numpy()
-        if not np.isfinite(out).all():
-            raise InputError(f"window {index + 1}: the model produced non-finite samples (damaged model files?)")
-        out[:, real:] = 0.0
-        return out, real
+    def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
+        audio = self.engine.result(handle).float().cpu().numpy() if handle is not None else None
+        outs, row = [], 0
+        for w in batch:
+            if w.wave is None:
+                outs.append(None)
+                continue
+            outs.append(audio[row : row + w.wave.shape[0]])
+            row += w.wave.shape[0]
+        return batch, outs
+
+
+def _batched(windows: Iterator[Window], rows: int) -> Iterator[list[Window]]:
+    batch: list[Window] = []
+    for w in windows:
+        batch.append(w)
+        if sum(x.wave.shape[0] for x in batch if x.wave is not None) >= rows:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _prefetch(batches: Iterator[list[Window]], depth: int = 2) -> Iterator[list[Window]]:
+    """Read and resample the next batches in a background thread while the engine samples (soundfile
+    and soxr release the GIL), so I/O overlaps sampling."""
+    q: Queue = Queue(maxsize=depth)
+    end = object()
+
+    def produce():
+        try:
+            for b in batches:
+                q.put(b)
+            q.put(end)
+        except BaseException as e:  # surface reading errors in the consumer
+            q.put(e)
+
+    threading.Thread(target=produce, daemon=True, name="restore-read").start()
+    while True:
+        item = q.get()
+        if item is end:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item

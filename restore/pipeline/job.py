@@ -1,0 +1,152 @@
+"""One file's way through the pipeline: validated on opening, cut into level-normalised windows,
+and put back together (crossfade, resampling to the output rate, atomic write) as restored windows
+arrive. A restorer drives many of these at once when it batches windows of several files."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .. import audio, text as text_mod
+from ..config import SamplerConfig
+from ..errors import UsageError
+from .windows import Geometry, Stitcher, windows
+
+LEVEL_RMS = 0.05      # the input level the model was trained at (restore.training.trainer.LEVEL_RMS)
+CHANNEL_MODES = ("auto", "each", "mix")
+
+
+@dataclass
+class FileReport:
+    input: str
+    output: str
+    seconds_audio: float
+    seconds_wall: float
+    windows: int
+    sample_rate_in: int
+    sample_rate_out: int
+    channels_in: int
+    channels_restored: int
+    sampler: dict
+    seed: int
+    transcript: str          # "given", "sidecar" or "none"
+    clipped_samples: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def realtime(self) -> float:
+        return self.seconds_audio / max(self.seconds_wall, 1e-9)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "realtime_factor": round(self.realtime, 3)}
+
+
+@dataclass
+class Window:
+    job: "FileJob"
+    index: int
+    wave: torch.Tensor       # (rows, N) level-normalised, zero-padded to the window length
+    real: int                # samples of input in it (the rest is padding)
+    texts: list[str | None]  # one transcript share per row
+
+
+def find_transcript(path: Path, transcript: str | None) -> tuple[str | None, str]:
+    """--transcript (text, or a path to a .txt file) wins; else a sidecar NAME.txt; else none."""
+    if transcript:
+        p = Path(transcript)
+        if p.suffix.lower() == ".txt" and p.is_file():
+            return p.read_text(errors="replace").strip() or None, "given"
+        if p.suffix.lower() == ".txt" and not any(c.isspace() for c in transcript):
+            # a mistyped transcript file name would otherwise be used as the transcript text
+            raise UsageError(f"{transcript}: no such transcript file")
+        return transcript.strip() or None, "given"
+    sidecar = path.with_suffix(".txt")
+    if sidecar.is_file():
+        return sidecar.read_text(errors="replace").strip() or None, "sidecar"
+    return None, "none"
+
+
+class FileJob:
+    """Opening validates everything before any model work; the output file appears on `finish`."""
+
+    def __init__(self, input: str | Path, output: str | Path, *, model_rate: int, geometry: Geometry,
+                 cfg: SamplerConfig, seed: int = 0, transcript: str | None = None, channels: str = "auto",
+                 sample_rate: int | None = None, overwrite: bool = True, tracer=None):
+        self.started = time.perf_counter()
+        self.input, self.output = Path(input), Path(output)
+        self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, seed, tracer
+        if channels not in CHANNEL_MODES:
+            raise UsageError(f"--channels must be one of {', '.join(CHANNEL_MODES)}, got {channels!r}")
+        if sample_rate is not None and not audio.MIN_RATE <= sample_rate <= audio.MAX_RATE:
+            raise UsageError(f"--sample-rate must be {audio.MIN_RATE}-{audio.MAX_RATE} Hz, got {sample_rate}")
+        self.info = info = audio.probe(self.input)
+        audio.check_output(self.input, self.output, overwrite)
+        levels = audio.scan(info)
+        self.text, text_source = find_transcript(self.input, transcript)
+        self.mix = channels == "mix" or (channels == "auto" and levels.channels_identical)
+        self.rows = 1 if self.mix else info.channels
+        self.out_channels = 1 if channels == "mix" else info.channels
+        self.out_rate = sample_rate or info.sample_rate
+        self.gain = LEVEL_RMS / max(levels.rms, 1e-6)
+        self.total = int(round(info.frames * model_rate / info.sample_rate))
+        self.count = geometry.count(self.total)
+        self.stitch = Stitcher(geometry)
+        self.back = audio.StreamResampler(model_rate, self.out_rate, self.rows)
+        # Resampling in and back out can be a sample off the exact length: the output is cut or
+        # zero-padded to the input's duration at the output rate.
+        self.expected = int(round(info.frames * self.out_rate / info.sample_rate))
+        self.written = 0
+        self.delivered = 0
+        self.failed: Exception | None = None
+        self.report = FileReport(str(self.input), str(self.output), info.duration, 0.0, self.count,
+                                 info.sample_rate, self.out_rate, info.channels, self.rows, cfg.to_dict(), seed,
+                                 text_source)
+        self.writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels,
+                                         audio.output_subtype(info, self.output.suffix.lower()))
+
+    def windows(self) -> Iterator[Window]:
+        sr = self.model_rate
+        stream = audio.model_rate_stream(self.info, sr)
+        for k, (win, real) in enumerate(windows(stream, self.geometry, self.info.channels)):
+            x = win.mean(axis=1, keepdims=True) if self.mix else win  # (L, rows)
+            start = k * self.geometry.hop / sr
+            share = text_mod.window_share(self.text, start, start + real / sr, self.total / sr)
+            wave = torch.from_numpy(np.ascontiguousarray(x.T * self.gain, dtype=np.float32))
+            yield Window(self, k, wave, real, [share] * self.rows)
+
+    def deliver(self, out: np.ndarray, real: int) -> bool:
+        """The next window's restored audio (rows, L) at the model rate; True when it was the last."""
+        self._emit(self.stitch.push(out.T / self.gain, real))
+        self.delivered += 1
+        if self.delivered == self.count:
+            self._emit(self.stitch.finish().reshape(-1, self.rows), last=True)
+            return True
+        return False
+
+    def _emit(self, block: np.ndarray, last: bool = False) -> None:
+        block = self.back(block, last=last)[: self.expected - self.written]
+        if last and self.written + len(block) < self.expected:
+            block = np.concatenate([block, np.zeros((self.expected - self.written - len(block), self.rows), np.float32)])
+        if len(block):
+            with self.tracer.span("write", "io"):
+                self.writer.write(np.repeat(block, self.out_channels, axis=1)
+                                  if self.rows == 1 and self.out_channels > 1 else block)
+            self.written += len(block)
+
+    def finish(self, warnings: list[str]) -> FileReport:
+        self.writer.commit()
+        r = self.report
+        r.clipped_samples = self.writer.clipped
+        r.warnings += warnings
+        if r.clipped_samples:
+            r.warnings.append(f"{r.clipped_samples} output samples were clipped to full scale")
+        r.seconds_wall = time.perf_counter() - self.started
+        return r
+
+    def abort(self) -> None:
+        self.writer.abort()
