@@ -13,12 +13,13 @@ seed, within the tolerance of its arithmetic (tests/test_engines.py).
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 from dataclasses import dataclass, replace
 
 import torch
 
-PLANS = ("auto", "cpu", "cuda", "split")
+PLANS = ("auto", "cpu", "cuda", "split", "apple")
 
 
 @dataclass(frozen=True)
@@ -30,18 +31,55 @@ class Plan:
     split: bool = False             # sot MLPs split with a second engine (the CPU)
     mlp_share: float | None = None  # share of each MLP on the second engine; None: sweep on first use
     batch_branches: bool = True     # the branches of a guided step in one forward (False: baseline for benchmarks)
+    compile: str | None = None      # torch.compile mode for the main engine's forward ("reduce-overhead": CUDA graphs)
+    engine: str = "torch"           # main engine: "torch" or "mlx"
+    worker_backend: str = "torch"   # the worker's chunks: "torch" (CPU) or "coreml" (Neural Engine, macOS)
 
 
-def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | None = None) -> Plan:
-    """`auto` picks the fastest plan this machine supports."""
+def apple_silicon() -> bool:
+    """An Apple Silicon Mac with MLX installed: where `auto` picks the apple plan."""
+    return platform.system() == "Darwin" and platform.machine() == "arm64" and _importable("mlx.core")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
+
+
+def _apple_plan(mlp_share: float | None, worker_backend: str | None) -> Plan:
+    if not _importable("mlx.core"):
+        raise ValueError("plan 'apple' needs MLX (pip install 'restore[apple]')")
+    import mlx.core as mx
+
+    gpu = mx.is_available(mx.gpu)
+    if worker_backend is None:  # Core ML predicts only on macOS; elsewhere the worker runs the same chunks in torch
+        worker_backend = "coreml" if platform.system() == "Darwin" and _importable("coremltools") else "torch"
+    if worker_backend not in ("torch", "coreml"):
+        raise ValueError(f"unknown worker backend {worker_backend!r}; choose torch or coreml")
+    # bf16 GEMMs on the GPU; without a GPU (mlx[cpu] on Linux) both MLP shares run fp32 on CPU streams
+    return Plan("apple", "cpu", torch.bfloat16 if gpu else torch.float32, worker=True, split=True,
+                mlp_share=mlp_share, engine="mlx", worker_backend=worker_backend)
+
+
+def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | None = None,
+                 worker_backend: str | None = None) -> Plan:
+    """`auto` picks the fastest plan this machine supports (`apple` on an Apple Silicon Mac with MLX,
+    unless a device is named). `worker_backend` overrides the apple plan's worker (tests on Linux)."""
     if name not in PLANS:
         raise ValueError(f"unknown plan {name!r}; choose one of {', '.join(PLANS)}")
+    device_given = device != "auto"
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} needs a CUDA GPU, and torch sees none")
     if name == "auto":
-        name = "cuda" if device.startswith("cuda") else "cpu"
+        name = "cuda" if device.startswith("cuda") else ("apple" if not device_given and apple_silicon() else "cpu")
+    if name == "apple":
+        if device != "cpu":
+            raise ValueError(f"plan 'apple' places its own engines (MLX, Core ML); it takes no device {device!r}")
+        return _apple_plan(mlp_share, worker_backend)
     if name == "cuda":
         if not device.startswith("cuda"):
             raise ValueError("plan 'cuda' needs a CUDA device (--device cuda)")
@@ -58,14 +96,20 @@ def build_engine(plan: Plan, model, codec, *, model_dir=None, frames: int = 0, s
     """The engine that carries out `plan` for `model`."""
     from .torch_engine import TorchEngine
 
+    if plan.engine == "mlx":
+        if plan.worker:
+            from .apple_engine import AppleEngine
+            return AppleEngine(model, codec, plan, model_dir, frames, samples, tracer)
+        from .mlx_engine import MLXEngine
+        return MLXEngine(model, codec, plan, tracer, model_dir=model_dir)
     if plan.worker:
         from .split_engine import SplitEngine
         return SplitEngine(model, codec, plan, model_dir, frames, samples, tracer)
-    return TorchEngine(model, codec, plan, tracer, batch_branches=plan.batch_branches)
+    return TorchEngine(model, codec, plan, tracer, batch_branches=plan.batch_branches, compile=plan.compile)
 
 
 def machine() -> str:
     return f"{platform.system()} {platform.machine()}"
 
 
-__all__ = ["PLANS", "Plan", "build_engine", "machine", "replace", "resolve_plan"]
+__all__ = ["PLANS", "Plan", "apple_silicon", "build_engine", "machine", "replace", "resolve_plan"]

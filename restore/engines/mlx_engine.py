@@ -1,0 +1,207 @@
+"""The MLX engine: the DiT on the GPU stream with each MLP split along its intermediate dimension between
+the GPU (compute dtype, bf16) and a CPU stream (fp32); MLX evaluates the two streams concurrently and
+the partial down projections are summed on the GPU stream. Same interface as TorchEngine.
+
+On a Mac, main = GPU stream, second = CPU stream. Where MLX has no GPU (Linux with mlx[cpu]) both streams
+are CPU streams, so the very same graph, split included, runs in CI for the parity tests.
+
+Memory hygiene (seed 001): the unsplit MLP weights are dropped once split copies exist; MLX's cache of
+freed buffers is bounded; on macOS the weights are wired so the memory compressor leaves them alone.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import torch
+
+from .. import text as text_mod
+from .base import Plan
+from .mlx_model import DiT, SwiGLU, linear, load
+from .torch_engine import TorchEngine
+from .trace import Tracer
+
+SWEEP_SHARES_GPU = (0.0, 0.1, 0.2, 0.3, 0.4)  # the seed's best CPU share on an M4 Pro was 0.3
+SWEEP_SHARES_CPU = (0.0, 0.25, 0.5)
+CACHE_LIMIT = 1 << 30  # bytes of freed buffers MLX may keep; unbounded it grew to most of RAM (seed 003)
+DTYPES = {torch.float32: mx.float32, torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}
+
+
+def gpu_available() -> bool:
+    return mx.is_available(mx.gpu)
+
+
+def _own(w: mx.array, dtype) -> mx.array:
+    """A copy with its own buffer: slices are views, and a view would keep the unsplit weight alive."""
+    return mx.contiguous(w.astype(dtype))
+
+
+def _swiglu(x, gate, up, down):
+    return (nn.silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+class SplitSwiGLU(nn.Module):
+    """Intermediate columns [0, k) on the main stream in `dtype`, [k, I) on the second stream in fp32.
+    Names follow restore.engines.split_mlp.SplitSwiGLU (gate_m ... down_s)."""
+
+    def __init__(self, mlp: SwiGLU, share: float, dtype, main: mx.Stream, second: mx.Stream):
+        super().__init__()
+        inter = mlp.gate_proj.weight.shape[0]
+        k = inter - int(round(share * inter))
+        self.share, self.dtype = (inter - k) / inter, dtype
+        self._streams = (main, second)
+        g, u, d = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
+        self.gate_m, self.up_m, self.down_m = _own(g[:k], dtype), _own(u[:k], dtype), _own(d[:, :k], dtype)
+        self.gate_s, self.up_s, self.down_s = _own(g[k:], mx.float32), _own(u[k:], mx.float32), _own(d[:, k:], mx.float32)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """x (R, T, C) fp32 -> (R, T, C) fp32."""
+        main, second = self._streams
+        out = None
+        if self.gate_s.shape[0]:
+            with mx.stream(second):  # queued first so the CPU starts while the GPU takes its share
+                out = _swiglu(x, self.gate_s, self.up_s, self.down_s)
+        if self.gate_m.shape[0]:
+            with mx.stream(main):
+                part = _swiglu(x.astype(self.dtype), self.gate_m, self.up_m, self.down_m).astype(mx.float32)
+                out = part if out is None else part + out
+        return out
+
+
+@dataclass
+class WindowState:
+    cond_h: mx.array   # (3B, T, C) rows u, so, sot
+    text: list         # per layer: (k, v, mask) of the sot rows' transcripts
+    rows: int
+
+
+class MLXEngine(TorchEngine):
+    """Branches in MLX; codec work stays in torch on the CPU (TorchEngine's), where plans with a worker
+    replace it anyway."""
+
+    def __init__(self, model, codec, plan: Plan, tracer: Tracer | None = None, *, model_dir=None,
+                 compile: bool | None = None, cache_limit: int = CACHE_LIMIT):
+        super().__init__(model, codec, plan, tracer)
+        if model_dir is None:
+            raise ValueError("the MLX engine loads its weights from the model folder: pass model_dir")
+        gpu = gpu_available()
+        self.main = mx.new_stream(mx.gpu if gpu else mx.cpu)
+        self.second = mx.new_stream(mx.cpu)
+        self.dtype = DTYPES[plan.dtype]
+        mx.set_cache_limit(cache_limit)
+        with mx.stream(self.main):
+            self.mlx = load(model_dir)
+            self._cast_trunk()
+            null = self.mlx.null_text_state()
+            self.null_out = [blk.cross.null_output(null) for blk in self.mlx.blocks]  # (C,) per layer
+            mx.eval(self.null_out)
+        self.share = plan.mlp_share
+        self.swept: dict[float, float] = {}
+        if self.share is not None:
+            self.split(self.share)
+        # mx.compile fuses the attention sub-layer's elementwise work around its GEMMs; on the CPU backend it
+        # JIT-compiles C++ at first use, so it defaults to on only where there is a GPU
+        self.compiled = gpu if compile is None else compile
+        self._attention = [mx.compile(blk.attention, inputs=blk.attn.state) if self.compiled else blk.attention
+                           for blk in self.mlx.blocks]
+        self._wire(gpu)
+        self.state: WindowState | None = None
+
+    # ---- weights and memory ----
+    def _cast_trunk(self) -> None:
+        """The trunk's attention GEMM weights to the compute dtype; MLPs stay fp32 until split (the CPU
+        share must come from fp32, not from a bf16 rounding of it)."""
+        if self.dtype == mx.float32:
+            return
+        for blk in self.mlx.blocks:
+            for lin in (blk.attn.q_proj, blk.attn.k_proj, blk.attn.v_proj, blk.attn.o_proj,
+                        blk.cross.q_proj, blk.cross.o_proj):
+                lin.update({k: v.astype(self.dtype) for k, v in lin.parameters().items()})
+
+    def split(self, share: float, originals: list | None = None) -> list:
+        """Every block's MLP replaced by a split copy; returns the unsplit MLPs (the caller drops them)."""
+        originals = originals if originals is not None else [blk.mlp for blk in self.mlx.blocks]
+        for blk, mlp in zip(self.mlx.blocks, originals):
+            blk.mlp = SplitSwiGLU(mlp, share, self.dtype, self.main, self.second)
+        mx.eval([blk.mlp.parameters() for blk in self.mlx.blocks])
+        self.share = share
+        return originals
+
+    def _wire(self, gpu: bool) -> None:
+        """Keep the weights resident (macOS 15+, Metal only): a compressed weight page costs a stall."""
+        if not (gpu and platform.system() == "Darwin"):
+            return
+        from mlx.utils import tree_flatten
+        weights = sum(v.nbytes for _, v in tree_flatten(self.mlx.parameters()))
+        limit = int(mx.device_info(mx.gpu).get("max_recommended_working_set_size", 0))
+        if limit:
+            mx.set_wired_limit(min(limit, 2 * weights + (1 << 30)))  # weights plus room for one step's buffers
+
+    def sweep(self, shares=None, repeats: int = 2) -> tuple[float, dict[float, float]]:
+        """Time one sot forward pass at each share on the current window; keep the fastest split."""
+        shares = shares or (SWEEP_SHARES_GPU if gpu_available() else SWEEP_SHARES_CPU)
+        originals = [blk.mlp for blk in self.mlx.blocks]
+        b = self.state.rows
+        x = mx.random.normal(self.state.cond_h[:b].shape[:2] + (self.codec.latent_dim,), key=mx.random.key(0))
+        for share in shares:
+            self.split(share, originals)
+            mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))  # warm-up (and compile)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))
+                best = min(best, time.perf_counter() - t0)
+            self.swept[share] = best
+        self.split(min(self.swept, key=self.swept.get), originals)
+        del originals  # the unsplit fp32 weights go with the last reference
+        return self.share, self.swept
+
+    def close(self) -> None:
+        mx.clear_cache()
+
+    # ---- branches ----
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
+        """degraded (B, N), obs (B, T, D) torch; conditions for all three branches, in MLX."""
+        m = self.mlx
+        ids, mask = text_mod.batch(texts, m.config.text.max_tokens)
+        with self.tracer.span("conditions", "main"), mx.stream(self.main):
+            obs_m = mx.array(obs.float().cpu().numpy())
+            sem = m.encoder(mx.array(degraded.float().cpu().numpy()))  # (B, T, S)
+            cond = m.c_in(mx.concatenate([obs_m, sem], axis=-1))  # (B, T, C)
+            null = mx.broadcast_to(m.null_cond, cond.shape)
+            text = m.text_encoder(mx.array(ids.numpy().astype(np.int32)), mx.array(mask.numpy()))
+            mask_m = mx.array(mask.numpy())
+            kv = [(*blk.cross.kv(text), mask_m) for blk in m.blocks]  # once per window, not per step
+            self.state = WindowState(mx.concatenate([null, cond, cond]), kv, obs.shape[0])
+            mx.eval(self.state.cond_h, kv)
+        self.rows = obs.shape[0]
+        if self.share is None:
+            self.sweep()
+
+    def _forward(self, x: mx.array, t: float, cond_h: mx.array, free: int) -> mx.array:
+        """x (R, T, D), cond_h (R, T, C); rows [0, free) text-free, the rest the sot rows -> (R, T, D)."""
+        m = self.mlx
+        with mx.stream(self.main):
+            mod, fmod = m.modulation(mx.full((x.shape[0],), t, dtype=mx.float32))
+            h = linear(m.x_in, x) + cond_h
+            for i, blk in enumerate(m.blocks):
+                h = blk(h, mod, free, self.null_out[i], self.state.text[i], attention=self._attention[i])
+            return m.head(h, fmod)
+
+    def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
+        """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones (fp32 torch)."""
+        b = self.state.rows
+        xm = mx.array(x.float().cpu().numpy())
+        name = "u+so+sot" if guided else "sot"
+        with self.tracer.span(name, "main"):
+            if guided:
+                v = self._forward(mx.concatenate([xm, xm, xm]), t, self.state.cond_h, 2 * b)
+            else:
+                v = self._forward(xm, t, self.state.cond_h[2 * b:], 0)
+            out = torch.from_numpy(np.array(v.astype(mx.float32), copy=True))  # np.array evaluates
+        return tuple(out.chunk(3)) if guided else (out,)

@@ -1,0 +1,159 @@
+"""GPU benchmark (one call on the H200): how close the sampler loop runs to the hardware's limit.
+
+    python scripts/bench_gpu.py --out $OUT/bench [--peak 790] [--quick]
+
+1. Sampler-loop step time and achieved TFLOP/s for the default model and for a large trunk (28 layers,
+   width 1536, intermediate 8960, random weights) at several row counts (3 rows = one window's guided
+   step; 3 x W = W windows batched), eager vs torch.compile (and CUDA graphs), measured side by side.
+2. Folder throughput of the real pipeline (`restore folder/ -o out/ --plan cuda`): a folder of
+   3-minute recordings, flash and pro, batched windows; realtime factor = audio s / wall s.
+3. `split` next to `cuda` on one 3-minute recording (scripts/bench.py), with the swept MLP share.
+FLOPs are counted from the configuration (linear layers 2 x in x out per token, attention 4 T^2 C per
+layer and row, text-free rows without cross-attention), against the measured bf16 peak (--peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from restore import text as text_mod  # noqa: E402
+from restore import weights  # noqa: E402
+from restore.codec import build_codec  # noqa: E402
+from restore.config import CodecConfig, ModelConfig  # noqa: E402
+from restore.model.dit import DiT  # noqa: E402
+
+LARGE = ModelConfig(width=1536, layers=28, heads=12, intermediate=8960)
+
+
+def forward_flops(cfg: ModelConfig, tokens: int, rows: int, text_rows: int, latent_dim: int = 514) -> float:
+    c, i = cfg.width, cfg.intermediate
+    per_token = 2 * (4 * c * c + 3 * c * i) * cfg.layers + 2 * 2 * latent_dim * c  # attn, MLP; in/out proj
+    cross = 2 * 2 * c * c * cfg.layers  # q and o of the cross-attention, text rows only
+    attention = 4 * tokens * tokens * c * cfg.layers
+    return rows * (tokens * per_token + attention) + text_rows * tokens * cross
+
+
+def time_steps(model: DiT, rows: int, frames: int, compile_mode: str | None, repeats: int = 10) -> float:
+    """Median seconds of one guided-step forward on `rows` rows (a third of them with text)."""
+    dev = "cuda"
+    windows = rows // 3
+    deg = torch.randn(windows, frames * 256, device=dev) * 0.05
+    codec = build_codec(model.codec).to(dev)
+    obs = codec.encode(deg)
+    ids, mask = text_mod.batch(["a short transcript of this window"] * windows, 512, dev)
+    fwd = torch.compile(model.velocity, mode=compile_mode, dynamic=False) if compile_mode else model.velocity
+    x = torch.randn(rows, frames, codec.latent_dim, device=dev)
+    t = torch.full((rows,), 0.5, device=dev)
+    with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+        ctx = model.branch_context(deg, obs, ids, mask)
+        for _ in range(3):
+            fwd(x, t, ctx)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(repeats):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fwd(x, t, ctx)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) / 1000)
+    return sorted(times)[len(times) // 2]
+
+
+def section_loop(args, out: dict) -> None:
+    files = weights.load(ROOT / "assets" / "model")
+    models = {"default": (files.model, files.state), "large (28x1536, MLP 8960)": (LARGE, None)}
+    rows_list = (3, 48, 192) if not args.quick else (3, 48)
+    out["loop"] = []
+    for name, (cfg, state) in models.items():
+        model = DiT(cfg, CodecConfig(**files.codec.to_dict()))
+        if state is not None:
+            model.load_state_dict({k: v.float() for k, v in state.items()})
+        model = model.cuda().to(torch.bfloat16).eval()
+        for rows in rows_list if name == "default" else (3, 12):
+            for mode in (None, "max-autotune-no-cudagraphs", "reduce-overhead"):
+                try:
+                    s = time_steps(model, rows, 1875, mode)
+                except Exception as e:  # keep the other measurements
+                    out["loop"].append({"model": name, "rows": rows, "compile": mode, "error": repr(e)[:300]})
+                    continue
+                flops = forward_flops(cfg, 1875, rows, rows // 3)
+                r = {"model": name, "rows": rows, "compile": mode or "eager", "ms": s * 1e3,
+                     "tflops": flops / s / 1e12, "peak_fraction": flops / s / 1e12 / args.peak}
+                out["loop"].append(r)
+                print(json.dumps(r), flush=True)
+                torch._dynamo.reset()
+        del model
+        torch.cuda.empty_cache()
+
+
+def section_folder(args, out: dict) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    folder = Path("/tmp/bench_folder")
+    folder.mkdir(exist_ok=True)
+    x, sr = sf.read(ROOT / "assets" / "example" / "interview.flac", dtype="float32")
+    rec = np.tile(x, int(np.ceil(180 * sr / len(x))))[: 180 * sr]
+    n = args.files
+    for i in range(n):
+        sf.write(folder / f"rec{i:03d}.wav", np.roll(rec, i * 997), sr)
+    out["folder"] = []
+    for sampler in ("flash", "pro"):
+        for batch in (16, 64):
+            dst = Path(f"/tmp/bench_out_{sampler}_{batch}")
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda",
+                                   "--sampler", sampler, "--batch", str(batch), "--overwrite", "-q"],
+                                  capture_output=True, text=True, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            report = json.loads((dst / "restore-report.json").read_text()) if (dst / "restore-report.json").exists() else {}
+            summary = report.get("summary", {})
+            r = {"sampler": sampler, "batch": batch, "files": n, "audio_s": 180 * n, "process_wall_s": wall,
+                 "restore_wall_s": summary.get("seconds_wall"), "rc": proc.returncode,
+                 "rtf_restore": 180 * n / summary["seconds_wall"] if summary.get("seconds_wall") else None,
+                 "rtf_process": 180 * n / wall, "stderr": proc.stderr[-500:]}
+            out["folder"].append(r)
+            print(json.dumps(r), flush=True)
+
+
+def section_split(args, out: dict) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--plans", "cuda,split", "--device",
+                           "cuda", "--samplers", "flash,pro", "--out", str(Path(args.out) / "split_vs_cuda")],
+                          capture_output=True, text=True, cwd=ROOT)
+    out["split_vs_cuda"] = {"rc": proc.returncode, "stdout": proc.stdout[-4000:], "stderr": proc.stderr[-2000:]}
+    print(proc.stdout[-4000:], proc.stderr[-2000:], flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--peak", type=float, default=790.0, help="measured bf16 peak, TFLOP/s")
+    ap.add_argument("--files", type=int, default=32)
+    ap.add_argument("--sections", default="loop,folder,split")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peak_tflops": args.peak}
+    for name in args.sections.split(","):
+        try:
+            {"loop": section_loop, "folder": section_folder, "split": section_split}[name](args, out)
+        except Exception:
+            out[name + "_error"] = traceback.format_exc()[-2000:]
+            print(out[name + "_error"], flush=True)
+        (Path(args.out) / "gpu_bench.json").write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
