@@ -35,6 +35,12 @@ class Plan:
     engine: str = "torch"           # main engine: "torch" or "mlx"
     worker_backend: str = "torch"   # the worker's chunks: "torch" (CPU) or "coreml" (Neural Engine, macOS)
 
+    @property
+    def static_shapes(self) -> bool:
+        """Whether every window must have the full window shape (compiled programs, worker buffers);
+        otherwise a file shorter than a window gets a shorter window."""
+        return self.worker or self.compile is not None
+
 
 def apple_silicon() -> bool:
     """An Apple Silicon Mac with MLX installed: where `auto` picks the apple plan."""

@@ -76,7 +76,9 @@ class FileJob:
 
     def __init__(self, input: str | Path, output: str | Path, *, model_rate: int, geometry: Geometry,
                  cfg: SamplerConfig, seed: int = 0, transcript: str | None = None, channels: str = "auto",
-                 sample_rate: int | None = None, overwrite: bool = True, tracer=None):
+                 sample_rate: int | None = None, overwrite: bool = True, tracer=None, short: int | None = None):
+        """`short`: if given, a file shorter than one window gets one window of a multiple of `short`
+        samples instead of the full window (plans without fixed shapes)."""
         self.started = time.perf_counter()
         self.input, self.output = Path(input), Path(output)
         self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, seed, tracer
@@ -94,6 +96,8 @@ class FileJob:
         self.out_rate = sample_rate or info.sample_rate
         self.gain = LEVEL_RMS / max(levels.rms, 1e-6)
         self.total = int(round(info.frames * model_rate / info.sample_rate))
+        if short:
+            self.geometry = geometry = geometry.fit(self.total, short)
         self.count = geometry.count(self.total)
         self.stitch = Stitcher(geometry)
         self.back = audio.StreamResampler(model_rate, self.out_rate, self.rows)

@@ -49,6 +49,9 @@ def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: flo
     return cfg
 
 
+SHORT_WINDOW_QUANTUM = 125  # codec frames (2 s at 62.5 frames/s): the step of short-file windows
+
+
 class Restorer:
     """Loads a model once and restores files with it.
 
@@ -106,11 +109,13 @@ class Restorer:
         cfg = sampler_config(sampler, steps, guidance)
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
+        # Short files get a short window unless shapes must stay fixed or windows of files are batched.
+        short = None if batch_rows > 1 or self.plan.static_shapes else SHORT_WINDOW_QUANTUM * self.codec.hop
 
         def all_windows() -> Iterator[Window]:
             for src, dst in pairs:
                 try:
-                    job = FileJob(src, dst, model_rate=self.sample_rate, geometry=self.geometry, cfg=cfg,
+                    job = FileJob(src, dst, model_rate=self.sample_rate, geometry=self.geometry, cfg=cfg, short=short,
                                   tracer=self.tracer, **options)
                 except RestoreError as e:
                     failed.append((Path(src), Path(dst), e))
