@@ -23,6 +23,7 @@ class PlanName(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
     split = "split"
+    apple = "apple"
 
 
 class Channels(str, Enum):

@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 from typer.testing import CliRunner
 
-from conftest import speechlike
+from tests.conftest import speechlike
 from restore import api
 from restore.cli import app
 from restore.pipeline.restorer import Restorer

@@ -8,7 +8,7 @@ import sys
 
 import soundfile as sf
 
-from conftest import speechlike
+from tests.conftest import speechlike
 
 RATE = 22050  # not the model rate: the streaming resamplers are part of what is measured
 LIMIT_MB = 150

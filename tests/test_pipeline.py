@@ -5,7 +5,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from conftest import speechlike
+from tests.conftest import speechlike
 from restore import audio, weights
 from restore.config import WindowConfig
 from restore.errors import UsageError

@@ -65,13 +65,14 @@ class AppleEngine(SplitEngine, _MLXLocal):
             self.worker.close()
         cfg = self.model.config
         extra = {}
-        if self.plan.worker_backend == "coreml":
+        if self.plan.worker_backend == "coreml":  # sized for one row, so one export serves mono and stereo
             from .coreml_export import mlp_blocks_for
-            extra["mlp_blocks"] = mlp_blocks_for(cfg.width, cfg.intermediate, self.frames, rows)
+            extra["mlp_blocks"] = mlp_blocks_for(cfg.width, cfg.intermediate, self.frames)
         config = WorkerConfig(self.model_dir, rows, self.frames, self.samples, self.codec.latent_dim, cfg.width,
                               threads=self.worker_threads, backend=self.plan.worker_backend, **extra)
-        # Core ML compiles (and on first use converts) its programs before the worker answers "ready"
-        self.worker = WorkerClient(config, self.tracer, start_timeout=1800.0)
+        # a Core ML worker converts (first use only) and compiles its programs before it answers "ready"
+        wait = {"start_timeout": 1800.0} if self.plan.worker_backend == "coreml" else {}
+        self.worker = WorkerClient(config, self.tracer, **wait)
         self.worker_rows = rows
 
     def begin_window(self, degraded, obs, texts) -> None:

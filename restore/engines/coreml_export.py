@@ -1,10 +1,13 @@
 """Export the text-free branches and the codec as Core ML programs for the Neural Engine.
 
 What is written (one folder per model + window shape + settings, see `cache_key`):
-  chunk{i}.mlpackage  consecutive layers (coreml_modules.ANEChunk); functions b{n} for batch n (n = rows: so
-                      then u; n = 2 rows: both in one call), one weight file shared by the functions
-  codec.mlpackage     functions `encode` and `decode` (the STFT's linear parts as DFT matmuls)
+  chunk{i}.mlpackage  consecutive layers (coreml_modules.ANEChunk); a function b{n} per batch size n, all
+                      sharing one weight file
+  codec.mlpackage     functions encode_b{n} and decode_b{n} (the STFT's linear parts as DFT matmuls)
   manifest.json       shapes, layer bounds, weight bytes; written last, so its presence means complete
+
+Batch sizes: 1 and 2 rows (a mono window, or a stereo window restored per channel; with one row, b2 could
+also take so and u in one call), so one export serves both and the weights are stored once.
 
 Every program is an fp16 ML program (fp16 inputs and outputs too: no casts at the boundary) of fixed
 shape for ComputeUnit.CPU_AND_NE. `program_problems` lists anything the Neural Engine would refuse (a
@@ -22,6 +25,7 @@ import os
 import platform
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +46,11 @@ class ExportError(RuntimeError):
     pass
 
 
+def batches_for(rows: int) -> tuple[int, ...]:
+    """The batch sizes to export for windows of `rows` channel rows."""
+    return (1, 2) if rows <= 2 else (rows,)
+
+
 def mlp_block_bytes(width: int, block: int, frames: int, rows: int = 1) -> int:
     """fp16 bytes live while one MLP block runs: its gate, up and down weights, plus the activations
     input (C) and output (C) and its gate and up products (block wide) over every position."""
@@ -58,17 +67,20 @@ def mlp_blocks_for(width: int, intermediate: int, frames: int, rows: int = 1, sr
 
 # ---------------------------------------------------------------- conversion and checks
 def convert(module: torch.nn.Module, inputs: dict[str, tuple], output: str):
-    """Trace and convert to an fp16 ML program for CPU_AND_NE (macOS 15: multifunction packages)."""
+    """Export (torch.export, static shapes) and convert to an fp16 ML program for CPU_AND_NE; macOS 15 is
+    the first target with multifunction packages."""
     import coremltools as ct
 
     examples = tuple(torch.randn(shape) for shape in inputs.values())
-    with torch.no_grad():
-        traced = torch.jit.trace(module.eval(), examples)
-    return ct.convert(traced, convert_to="mlprogram",
-                      inputs=[ct.TensorType(name=n, shape=s, dtype=np.float16) for n, s in inputs.items()],
-                      outputs=[ct.TensorType(name=output, dtype=np.float16)],
-                      compute_precision=ct.precision.FLOAT16, compute_units=ct.ComputeUnit.CPU_AND_NE,
-                      minimum_deployment_target=ct.target.macOS15, skip_model_load=True)
+    with warnings.catch_warnings():  # torch.export and coremltools' frontend warn about their own internals
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        program = torch.export.export(module.eval(), examples).run_decompositions({})
+        return ct.convert(program, convert_to="mlprogram",
+                          inputs=[ct.TensorType(name=n, shape=s, dtype=np.float16) for n, s in inputs.items()],
+                          outputs=[ct.TensorType(name=output, dtype=np.float16)],
+                          compute_precision=ct.precision.FLOAT16, compute_units=ct.ComputeUnit.CPU_AND_NE,
+                          minimum_deployment_target=ct.target.macOS15, skip_model_load=True)
 
 
 def _operations(block):
@@ -81,15 +93,20 @@ def _operations(block):
 def program_problems(prog) -> list[str]:
     """What keeps a MIL program off the Neural Engine: float values that are not fp16, tensors of rank
     above 4, symbolic (dynamic) shapes, and non-constant ops computing integers (shape arithmetic).
-    Integer and bool constants (axes, permutations, flags) are parameters, not data, and pass."""
+    Integer and bool constants (axes, permutations, flags) are parameters, not data, and pass; so does
+    the fp32 scalar `epsilon` attribute that the MIL spec gives `rsqrt` and `inverse`."""
     from coremltools.converters.mil.mil import types
     from coremltools.converters.mil.mil.types.symbolic import any_symbolic
 
     problems = []
 
+    def epsilon_only(var) -> bool:
+        return var.rank == 0 and all(name == "epsilon" for op in var.child_ops
+                                     for name, v in op.inputs.items() if v is var)
+
     def check(where: str, var, const: bool) -> None:
         dtype = types.builtin_to_string(var.dtype)
-        if types.is_float(var.dtype) and var.dtype != types.fp16:
+        if types.is_float(var.dtype) and var.dtype != types.fp16 and not (const and epsilon_only(var)):
             problems.append(f"{where}: {dtype} value {var.name}")
         elif not types.is_float(var.dtype) and not const:
             problems.append(f"{where}: computes {dtype} ({var.name}), not fp16 data")
@@ -119,6 +136,15 @@ def weight_bytes(prog) -> int:
     return total
 
 
+def load_program(package: Path):
+    """A saved package read back as a MIL program (every function), to check what was written."""
+    import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto import load as milproto
+
+    spec = ct.utils.load_spec(str(package))
+    return milproto.load(spec, spec.specificationVersion, str(weight_file(package).parent))
+
+
 def weight_file(package: Path) -> Path:
     return Path(package) / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
 
@@ -143,6 +169,13 @@ def save_functions(models: dict[str, object], path: Path, default: str) -> None:
         ct.utils.save_multifunction(desc, str(path))
 
 
+def _check(package: Path) -> None:
+    """Fail loudly on anything the Neural Engine would refuse, in the package as written."""
+    problems = program_problems(load_program(package))
+    if problems:
+        raise ExportError(f"{package.name}: not Neural Engine safe: " + "; ".join(problems[:5]))
+
+
 def export_chunk(chunk: ANEChunk, batches: list[int], frames: int, path: Path, unit: int = MIB) -> dict:
     """Convert one chunk for each batch size and save the multifunction package; if its weights come to an
     exact multiple of `unit`, pad an MLP block with a zero column (exact) and convert again."""
@@ -150,12 +183,9 @@ def export_chunk(chunk: ANEChunk, batches: list[int], frames: int, path: Path, u
     shapes = lambda n: {"h": (n, c, 1, frames), "mods": (n, 6 * len(chunk.layers) * c, 1, 1)}
     for attempt in range(2):
         models = {f"b{n}": convert(chunk, shapes(n), "h_out") for n in batches}
-        progs = [m._mil_program for m in models.values()]
-        problems = [p for prog in progs for p in program_problems(prog)]
-        if problems:
-            raise ExportError(f"{path.name}: not Neural Engine safe: " + "; ".join(problems[:5]))
-        nbytes = weight_bytes(progs[0])
+        nbytes = weight_bytes(models[f"b{batches[0]}"]._mil_program)
         save_functions(models, path, f"b{batches[0]}")
+        _check(path)
         blob = weight_file(path).stat().st_size
         if (off_mib(nbytes, unit) and off_mib(blob, unit)) or attempt:
             return {"functions": list(models), "weight_bytes": nbytes, "blob_bytes": blob, "padded": bool(attempt)}
@@ -164,23 +194,31 @@ def export_chunk(chunk: ANEChunk, batches: list[int], frames: int, path: Path, u
     raise AssertionError("unreachable")
 
 
-def export_codec(cfg: CodecConfig, frames: int, rows: int, path: Path) -> dict:
+def export_codec(cfg: CodecConfig, frames: int, batches: list[int], path: Path, unit: int = MIB) -> dict:
+    """Encode and decode for each batch size in one package (the DFT bases stored once), moved off a MiB
+    multiple by a zero bias if need be."""
     n = frames * cfg.hop
-    models = {"encode": convert(ANEEncode(cfg, frames), {"wave": (rows, n)}, "spec"),
-              "decode": convert(ANEDecode(cfg, frames), {"spec": (rows, 2 * cfg.bins, 1, frames)}, "wave")}
-    problems = [p for m in models.values() for p in program_problems(m._mil_program)]
-    if problems:
-        raise ExportError("codec: not Neural Engine safe: " + "; ".join(problems[:5]))
-    save_functions(models, path, "encode")
-    return {"functions": list(models), "blob_bytes": weight_file(path).stat().st_size}
+    for pad in (False, True):
+        models = {}
+        for b in batches:
+            models[f"encode_b{b}"] = convert(ANEEncode(cfg, frames, zero_bias=pad), {"wave": (b, n)}, "spec")
+            models[f"decode_b{b}"] = convert(ANEDecode(cfg, frames), {"spec": (b, 2 * cfg.bins, 1, frames)}, "wave")
+        nbytes = sum(weight_bytes(models[f"{k}_b{batches[0]}"]._mil_program) for k in ("encode", "decode"))
+        save_functions(models, path, f"encode_b{batches[0]}")
+        _check(path)
+        blob = weight_file(path).stat().st_size
+        if pad or (off_mib(nbytes, unit) and off_mib(blob, unit)):
+            return {"functions": list(models), "weight_bytes": nbytes, "blob_bytes": blob, "padded": pad}
+        shutil.rmtree(path)
+    raise AssertionError("unreachable")
 
 
-def export(branches: TextFreeBranches, codec: CodecConfig, frames: int, rows: int, folder: str | Path,
-           batches: list[int] | None = None, unit: int = MIB) -> dict:
+def export(branches: TextFreeBranches, codec: CodecConfig, frames: int, folder: str | Path,
+           batches: tuple[int, ...] = (1, 2), unit: int = MIB) -> dict:
     """Write every package and the manifest into `folder` (built in a temporary sibling, then renamed,
-    so a crash or a concurrent export never leaves a half-written folder behind)."""
+    so a crash never leaves a half-written folder where the worker looks)."""
     folder = Path(folder)
-    batches = batches or [rows, 2 * rows]
+    batches = list(batches)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:
@@ -191,9 +229,10 @@ def export(branches: TextFreeBranches, codec: CodecConfig, frames: int, rows: in
             ane = ANEChunk(chunk, branches.crosses[a:b], cos, sin)
             info = export_chunk(ane, batches, frames, tmp / f"chunk{i}.mlpackage", unit)
             chunks.append({"file": f"chunk{i}.mlpackage", "layers": [a, b], **info})
-        manifest = {"export_version": EXPORT_VERSION, "frames": frames, "rows": rows, "batches": batches,
+        codec_info = export_codec(codec, frames, batches, tmp / "codec.mlpackage", unit)
+        manifest = {"export_version": EXPORT_VERSION, "frames": frames, "batches": batches,
                     "width": int(branches.x_in.weight.shape[0]), "chunks": chunks,
-                    "codec": {"file": "codec.mlpackage", **export_codec(codec, frames, rows, tmp / "codec.mlpackage")}}
+                    "codec": {"file": "codec.mlpackage", **codec_info}}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if folder.exists():
             shutil.rmtree(folder)
@@ -215,7 +254,7 @@ def cache_root() -> Path:
 
 def cache_key(model_dir: str | Path, **settings) -> str:
     """A hash of the model's files (config and weights, by content) and every setting that shapes the
-    programs (frames, rows, chunking, blocks), plus the export and coremltools versions."""
+    programs (frames, batches, chunking, blocks), plus the export and coremltools versions."""
     h = hashlib.sha256()
     model_dir = Path(model_dir)
     for path in [model_dir / "config.json", *sorted(model_dir.glob("model-*.safetensors"))]:

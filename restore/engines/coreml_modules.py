@@ -140,17 +140,19 @@ class ANEEncode(nn.Module):
     """wave (B, N) -> SPEC_SCALE * [re; im] (B, 2 bins, 1, T). Frames overlap by half (n_fft = 2 hop), so
     a frame is two consecutive hop-long segments: two 1x1 convolutions over a (B, hop, 1, T + 1) view."""
 
-    def __init__(self, cfg: CodecConfig, frames: int):
+    def __init__(self, cfg: CodecConfig, frames: int, zero_bias: bool = False):
         super().__init__()
         self.hop, self.frames = cfg.hop, frames
         a = torch.from_numpy(dft_bases(cfg)[0]).float() * SPEC_SCALE
         self.first, self.second = _conv(a[:, : cfg.hop]), _conv(a[:, cfg.hop :])
+        # an all-zero bias adds nothing; export uses it to move the weight bytes off a MiB multiple
+        self.bias = nn.Parameter(torch.zeros(2 * cfg.bins), requires_grad=False) if zero_bias else None
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         t, hop = self.frames, self.hop
         x = F.pad(wave, (hop // 2, hop // 2))  # the codec's centring pad: N + hop = (T + 1) hops
         seg = x.reshape(-1, t + 1, hop).permute(0, 2, 1).unsqueeze(2)  # (B, hop, 1, T + 1)
-        return F.conv2d(seg[..., :t], self.first) + F.conv2d(seg[..., 1:], self.second)
+        return F.conv2d(seg[..., :t], self.first, self.bias) + F.conv2d(seg[..., 1:], self.second)
 
 
 class ANEDecode(nn.Module):
@@ -165,7 +167,10 @@ class ANEDecode(nn.Module):
         wss = np.zeros((frames + 1, cfg.hop))
         wss[:-1] += w2[0]
         wss[1:] += w2[1]
-        self.register_buffer("inv_wss", torch.from_numpy(1.0 / np.maximum(wss.T, 1e-8)).float()[None, :, None, :])
+        # the window sum is ~0 only in the outer half hops, which the crop removes; 0 there instead of
+        # 1e8 (the codec's clamp) keeps the constant inside fp16 and changes no output sample
+        inv = np.where(wss.T > 1e-3, 1.0 / np.maximum(wss.T, 1e-3), 0.0)
+        self.register_buffer("inv_wss", torch.from_numpy(inv).float()[None, :, None, :])
 
     def forward(self, spec: torch.Tensor) -> torch.Tensor:
         t, hop = self.frames, self.hop

@@ -22,7 +22,7 @@ import torch
 
 from .. import text as text_mod
 from .base import Plan
-from .mlx_model import DiT, SwiGLU, linear, load
+from .mlx_model import SwiGLU, linear, load
 from .torch_engine import TorchEngine
 from .trace import Tracer
 
@@ -37,8 +37,9 @@ def gpu_available() -> bool:
 
 
 def _own(w: mx.array, dtype) -> mx.array:
-    """A copy with its own buffer: slices are views, and a view would keep the unsplit weight alive."""
-    return mx.contiguous(w.astype(dtype))
+    """A copy with its own buffer: a slice is a view, and a view would keep the whole unsplit weight alive.
+    (mx.contiguous is no help: a row slice is already contiguous, so it returns the view; tested.)"""
+    return w.astype(dtype) if w.dtype != dtype else mx.array(w)
 
 
 def _swiglu(x, gate, up, down):
@@ -57,7 +58,8 @@ class SplitSwiGLU(nn.Module):
         self._streams = (main, second)
         g, u, d = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
         self.gate_m, self.up_m, self.down_m = _own(g[:k], dtype), _own(u[:k], dtype), _own(d[:, :k], dtype)
-        self.gate_s, self.up_s, self.down_s = _own(g[k:], mx.float32), _own(u[k:], mx.float32), _own(d[:, k:], mx.float32)
+        f32 = mx.float32
+        self.gate_s, self.up_s, self.down_s = _own(g[k:], f32), _own(u[k:], f32), _own(d[:, k:], f32)
 
     def __call__(self, x: mx.array) -> mx.array:
         """x (R, T, C) fp32 -> (R, T, C) fp32."""
@@ -139,8 +141,11 @@ class MLXEngine(TorchEngine):
         from mlx.utils import tree_flatten
         weights = sum(v.nbytes for _, v in tree_flatten(self.mlx.parameters()))
         limit = int(mx.device_info(mx.gpu).get("max_recommended_working_set_size", 0))
-        if limit:
-            mx.set_wired_limit(min(limit, 2 * weights + (1 << 30)))  # weights plus room for one step's buffers
+        try:
+            if limit:  # the weights, plus room for one step's buffers
+                mx.set_wired_limit(min(limit, 2 * weights + (1 << 30)))
+        except (RuntimeError, ValueError) as e:  # e.g. above the system's limit (sysctl iogpu.wired_limit_mb)
+            self.warnings.append(f"could not wire MLX's memory ({e}); the memory compressor may stall a step")
 
     def sweep(self, shares=None, repeats: int = 2) -> tuple[float, dict[float, float]]:
         """Time one sot forward pass at each share on the current window; keep the fastest split."""

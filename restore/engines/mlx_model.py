@@ -204,7 +204,8 @@ class TextEncoder(nn.Module):
         for layer in self.layers:
             qkv = layer["qkv"](layer["attn_norm"](h)).reshape(b, l, 3, self.heads, hd).transpose(2, 0, 3, 1, 4)
             q, k = (mx.fast.rope(a, hd, traditional=False, base=10000.0, scale=1.0, offset=0) for a in qkv[:2])
-            y = mx.fast.scaled_dot_product_attention(q, k, qkv[2], scale=1.0 / math.sqrt(hd), mask=mask[:, None, None, :])
+            y = mx.fast.scaled_dot_product_attention(q, k, qkv[2], scale=1.0 / math.sqrt(hd),
+                                                     mask=mask[:, None, None, :])
             h = h + layer["o"](y.transpose(0, 2, 1, 3).reshape(b, l, -1))
             h = h + layer["mlp"](layer["mlp_norm"](h))
         return self.norm(h)

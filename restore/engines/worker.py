@@ -98,6 +98,7 @@ def _build_backend(c: WorkerConfig):
     if c.backend == "coreml":
         from .coreml_runtime import CoreMLChunks
         branches = CoreMLChunks(branches, c)  # same call interface, chunks on the Neural Engine
+        codec = branches.codec or codec  # the codec as Core ML programs when exported (same interface)
     return branches, codec, cos, sin
 
 
