@@ -67,7 +67,12 @@ class Restorer:
             raise UsageError(str(e)) from None
         self.model_dir = Path(model) if model is not None else weights.DEFAULT_MODEL
         self.files = weights.load(self.model_dir)
-        self.model = weights.build_model(self.files, device=self.plan.device)
+        if self.plan.engine == "mlx":  # MLX loads its own weights: a torch copy would double the memory
+            from ..model.dit import DiT
+            with torch.device("meta"):
+                self.model = DiT(self.files.model, self.files.codec)  # configuration only, no storage
+        else:
+            self.model = weights.build_model(self.files, device=self.plan.device)
         self.codec = build_codec(self.files.codec).to(self.plan.device)
         self.sample_rate = self.files.codec.sample_rate
         wc = window or WindowConfig()
