@@ -60,10 +60,15 @@ def list_audio(folder: str | Path) -> dict[str, Path]:
     return found
 
 
-def file_hash(path: str | Path) -> str:
-    """SHA-256 of the file's bytes: the cache key of everything computed from the file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+def audio_hash(path: str | Path) -> str:
+    """SHA-256 of the decoded audio (sample rate, channel count, samples): the cache key of
+    everything computed from the file.
+
+    Not of the file's bytes: libsndfile stamps float WAVs with the time of writing (PEAK chunk), so
+    rewriting identical audio changes the bytes, and the same samples as FLAC or WAV would count as
+    different files. Decoding makes the key depend on what the metrics actually see.
+    """
+    data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    h = hashlib.sha256(f"audio-v1|{sr}|{data.shape[1]}|".encode())
+    h.update(np.ascontiguousarray(data).tobytes())
     return h.hexdigest()

@@ -79,9 +79,15 @@ def paired_difference(a, b, weights=None, n_resamples: int = DEFAULT_RESAMPLES, 
     return bootstrap_mean(a - b, weights, n_resamples=n_resamples, seed=seed, level=level)
 
 
+MIN_CLIPS_FOR_VERDICT = 5  # fewer clips have too few distinct resamples for an interval to mean much
+
+
 def verdict(delta: Estimate, higher_is_better: bool) -> str:
     """'better', 'worse' or 'no clear difference': whether the interval of a difference
-    (system - baseline) lies entirely on one side of zero."""
+    (system - baseline) lies entirely on one side of zero; 'too few clips' below
+    MIN_CLIPS_FOR_VERDICT clips."""
+    if delta.n < MIN_CLIPS_FOR_VERDICT:
+        return "too few clips"
     if not delta.excludes_zero():
         return "no clear difference"
     return "better" if (delta.mean > 0) == higher_is_better else "worse"

@@ -52,6 +52,28 @@ GROUPS: dict[str, tuple[str, ...]] = {
 
 REFERENCE_GROUPS = ("pesq", "stoi", "si_sdr")
 
+# The packages (import names) each group needs; speechmos needs onnxruntime without declaring it.
+GROUP_PACKAGES: dict[str, tuple[str, ...]] = {
+    "wer": ("pocketsphinx", "jiwer"),
+    "speaker": ("resemblyzer", "webrtcvad", "torch"),
+    "dnsmos": ("speechmos", "onnxruntime", "librosa"),
+    "pesq": ("pesq",),
+    "stoi": ("pystoi",),
+    "si_sdr": (),
+}
+
+
+def missing_packages(groups) -> dict[str, list[str]]:
+    """Group -> packages it needs that cannot be found (nothing is imported)."""
+    from importlib.util import find_spec
+
+    missing = {}
+    for g in groups:
+        absent = [p for p in GROUP_PACKAGES.get(g, ()) if find_spec(p) is None]
+        if absent:
+            missing[g] = absent
+    return missing
+
 
 def metric(key: str) -> MetricSpec:
     for m in METRICS:

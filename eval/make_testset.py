@@ -238,8 +238,14 @@ def _seed_for(clip_id: str, seed: int) -> int:
 
 
 def build_testset(data: str | Path, out: str | Path, split: str | Path | None = None, per_type: int = 8,
-                  seed: int = 0, p_real_rir: float = 0.5, overwrite: bool = False, quiet: bool = False) -> Path:
-    """Build the test set; returns the manifest path. Raises ValueError on bad input."""
+                  seed: int = 0, p_real_rir: float = 0.5, overwrite: bool = False, asr: bool = True,
+                  quiet: bool = False) -> Path:
+    """Build the test set; returns the manifest path. Raises ValueError on bad input.
+
+    With `asr` off, clips without a human transcript get none (eval.run then transcribes the clean
+    reference itself, with the same recogniser).
+    """
+    import restore.training.degrade as degrade_module
     from restore.training.degrade import DegradeConfig, degrade_clip
 
     data, out = Path(data), Path(out)
@@ -273,7 +279,8 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
         print(f"[testset] {len(pool)} segments from {len(speakers)} speakers -> {len(plan)} clips",
               file=sys.stderr, flush=True)
 
-    from .asr import transcribe
+    if asr:
+        from .asr import transcribe
 
     rows, counters = [], {t: 0 for t in TYPES}
     for kind, seg in plan:
@@ -292,9 +299,11 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
         write_audio(out / "degraded" / f"{clip_id}.wav", degraded)
         if seg.transcript is not None:
             transcript, ref_kind = seg.transcript, "human"
-        else:
+        elif asr:
             # Transcribe the file as written (16-bit), exactly what the evaluation will decode.
             transcript, ref_kind = transcribe(load_audio(out / "clean" / f"{clip_id}.wav")), "asr_of_clean"
+        else:
+            transcript, ref_kind = "", ""
         rows.append({"clip_id": clip_id, "speaker": seg.speaker, "source_file": seg.source,
                      "source_start_s": seg.start_s, "source_end_s": seg.end_s, "degradation": kind,
                      "kinds": "+".join(kinds), "params_json": json.dumps(effects, sort_keys=True),
@@ -314,8 +323,11 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
         "data": str(data.resolve()), "split": str(split_path.resolve()), "seed": seed, "per_type": per_type,
         "types": list(TYPES), "mixed_combinations": ["+".join(m) for m in MIXED], "sample_rate": SAMPLE_RATE,
         "dev_speakers": speakers, "dev_noises": noise_names, "dev_rirs": rir_names,
-        "degrade_config": config.to_dict(), "segments_available": len(pool), "clips": len(rows),
-        "asr_for_missing_transcripts": f"pocketsphinx {metadata.version('pocketsphinx')}",
+        "degrade_config": config.to_dict(),
+        # the simulator's code decides the audio as much as the seed: a changed file means rebuild
+        "degrade_py_sha256": hashlib.sha256(Path(degrade_module.__file__).read_bytes()).hexdigest(),
+        "segments_available": len(pool), "clips": len(rows),
+        "asr_for_missing_transcripts": f"pocketsphinx {metadata.version('pocketsphinx')}" if asr else None,
         "license_note": "Derived from the files listed in source_file; see the data folder's LICENSES.md "
                         "and the license column of manifest.csv. Do not commit this audio.",
     }, indent=2))
@@ -334,11 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--p-real-rir", type=float, default=0.5,
                    help="share of reverberant clips using the recorded dev RIR instead of a simulated room")
     p.add_argument("--overwrite", action="store_true", help="replace a test set already in --out")
+    p.add_argument("--no-asr", action="store_true",
+                   help="leave clips without a human transcript untranscribed (eval.run transcribes them)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     try:
         manifest = build_testset(args.data, args.out, args.split, args.per_type, args.seed, args.p_real_rir,
-                                 args.overwrite, args.quiet)
+                                 args.overwrite, not args.no_asr, args.quiet)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

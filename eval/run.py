@@ -20,7 +20,7 @@ from pathlib import Path
 from .analyses import ANALYSES, version_of
 from .bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from .cache import MetricCache, default_cache_path
-from .columns import GROUPS
+from .columns import GROUPS, missing_packages
 from .inputs import discover
 from .scoring import score
 from .summary import Summary, summarise, write_rows_csv, write_summary_csv
@@ -93,9 +93,11 @@ def _setup_lines(args, groups, stats, summary: Summary, timings: dict[str, float
               f"- Bootstrap: {summary.n_resamples} resamples, seed {summary.seed}, percentile intervals.",
               f"- Run time: {timings['total']:.0f} s wall on {os.cpu_count()} CPU cores "
               f"({platform.processor() or platform.machine()}), {args.jobs} worker processes; scoring "
-              f"{timings['score']:.0f} s, report and plots {timings['report']:.0f} s.",
+              f"{timings['score']:.0f} s, report and plots {timings['report']:.0f} s; 1-minute load average "
+              f"{timings['load_start']:.1f} at the start and {timings['load_end']:.1f} at the end (above the "
+              "worker count means other work competed for the cores and the time is inflated).",
               f"- Results computed in this run: {stats.computed}; served from the cache: {stats.cached} ({cache_info}).",
-              f"- Computation time per analysis (CPU seconds, this run): {cpu or 'none (all cached)'}.",
+              f"- Time spent per analysis in this run (seconds, summed over worker processes): {cpu or 'none (all cached)'}.",
               f"- Python {platform.python_version()}; "
               + ", ".join(f"{p} {_version(p)}" for p in ("numpy", "torch", "librosa", "pesq", "pystoi", "jiwer",
                                                          "pocketsphinx", "resemblyzer", "speechmos", "onnxruntime")),
@@ -111,13 +113,18 @@ def _version(package: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    # intermixed: system folders may come before or after the options
+    args = _parser().parse_intermixed_args(argv)
     t0 = time.perf_counter()
+    load_start = os.getloadavg()[0]
     groups = [g.strip() for g in args.metrics.split(",") if g.strip()]
     try:
         unknown = set(groups) - set(GROUPS)
         if unknown or not groups:
             raise ValueError(f"unknown metric groups {sorted(unknown)}; choose from {', '.join(GROUPS)}.")
+        for group, absent in missing_packages(groups).items():
+            raise ValueError(f"metric group {group!r} needs {', '.join(absent)}: pip install "
+                             f"{' '.join(absent)}, or leave the group out with --metrics.")
         evalset = discover(args.systems, testset=args.testset, clean=args.clean, degraded=args.degraded,
                            manifest=args.manifest, clean_row=not args.no_clean_row)
         systems = list(evalset.systems)
@@ -165,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         spectrograms.append(P.spectrogram_panel(clip_id, files, out / "plots" / "spectrograms" / f"{clip_id}.png",
                                                 captions))
     t_report = time.perf_counter()
-    timings = {"score": t_scored - t0, "report": t_report - t_scored, "total": t_report - t0}
+    timings = {"score": t_scored - t0, "report": t_report - t_scored, "total": t_report - t0,
+               "load_start": load_start, "load_end": os.getloadavg()[0]}
     setup = _setup_lines(args, groups, stats, summary, timings, cache_info)
     write_report(out / "report.md", summary, rows,
                  plots={k: str(Path(v).relative_to(out)) for k, v in figures.items()},

@@ -17,7 +17,7 @@ import numpy as np
 import soundfile as sf
 
 from .analyses import ANALYSES, run_analysis, version_of
-from .audio import file_hash, load_audio
+from .audio import audio_hash, load_audio
 from .cache import MetricCache
 from .columns import GROUPS, REFERENCE_GROUPS
 from .inputs import EvalSet
@@ -43,11 +43,10 @@ class _Job:
     ref_digest: str | None
 
 
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def _init_worker() -> None:
-    # One thread per library per process: the pool already uses every core, and oversubscribed
-    # BLAS/torch/onnxruntime threads only slow each other down.
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = "1"
     import torch
 
     torch.set_num_threads(1)
@@ -96,7 +95,7 @@ def score(evalset: EvalSet, groups: list[str], cache: MetricCache, jobs: int = 1
 
     def digest(p: Path) -> str:
         if p not in hashes:
-            hashes[p] = file_hash(p)
+            hashes[p] = audio_hash(p)
         return hashes[p]
 
     jobs_needed: list[_Job] = []
@@ -168,14 +167,26 @@ def score(evalset: EvalSet, groups: list[str], cache: MetricCache, jobs: int = 1
             done += 1
             progress()
     elif n_tasks:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                                 initializer=_init_worker) as pool:
-            futures = {pool.submit(_compute, str(tasks[k][0]), str(tasks[k][1]) if tasks[k][1] else None,
-                                   sorted(tasks[k][2])): k for k in order}
-            for fut in as_completed(futures):
-                store(futures[fut], fut.result())
-                done += 1
-                progress()
+        # One thread per library per worker: the pool already uses every core, and oversubscribed
+        # BLAS/OpenMP threads only slow each other down. The variables must be in the environment
+        # the workers start with, because numpy sizes its thread pool when it is first imported.
+        saved = {v: os.environ.get(v) for v in _THREAD_VARS}
+        os.environ.update({v: "1" for v in _THREAD_VARS})
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                     initializer=_init_worker) as pool:
+                futures = {pool.submit(_compute, str(tasks[k][0]), str(tasks[k][1]) if tasks[k][1] else None,
+                                       sorted(tasks[k][2])): k for k in order}
+                for fut in as_completed(futures):
+                    store(futures[fut], fut.result())
+                    done += 1
+                    progress()
+        finally:
+            for v, old_value in saved.items():
+                if old_value is None:
+                    os.environ.pop(v, None)
+                else:
+                    os.environ[v] = old_value
 
     rows = _rows(evalset, groups, ref_groups, results, digest, stats)
     stats.wall_s = time.perf_counter() - t_start

@@ -15,7 +15,7 @@ import numpy as np
 from . import SAMPLE_RATE
 
 
-def _provide_pkg_resources() -> None:
+def provide_pkg_resources() -> None:
     """resemblyzer imports webrtcvad 2.0.10, whose only use of `pkg_resources` is reading its own
     version; setuptools >= 81 no longer ships pkg_resources, so the import fails. When it is
     missing, register a stand-in that answers that one question from importlib.metadata."""
@@ -30,7 +30,7 @@ def _provide_pkg_resources() -> None:
 
 @lru_cache(maxsize=1)
 def _encoder():
-    _provide_pkg_resources()
+    provide_pkg_resources()
     from resemblyzer import VoiceEncoder
 
     return VoiceEncoder("cpu", verbose=False)
@@ -39,7 +39,7 @@ def _encoder():
 def speaker_embedding(x: np.ndarray) -> np.ndarray:
     """256-d unit-norm embedding of a 16 kHz clip (Resemblyzer's own level normalisation and
     long-silence trimming first). Raises ValueError when no voiced audio is left to embed."""
-    _provide_pkg_resources()
+    provide_pkg_resources()
     from resemblyzer import preprocess_wav
 
     if float(np.max(np.abs(x), initial=0.0)) < 1e-4:

@@ -81,3 +81,9 @@ def test_bad_input_raises():
         paired_difference([1, 2], [1, 2, 3])
     with pytest.raises(ValueError):
         bootstrap_mean([1, 2], level=1.5)
+
+
+def test_no_verdict_from_too_few_clips():
+    est = paired_difference([1.0, 1.1, 1.2], [0.0, 0.0, 0.0])
+    assert est.excludes_zero()
+    assert verdict(est, higher_is_better=True) == "too few clips"

@@ -29,7 +29,8 @@ def test_si_sdr_matches_formula_for_scaled_signal_plus_noise(speech):
     # With noise orthogonal to s: target = a*s, residual = n, so SI-SDR = 10 log10(a^2 |s|^2 / |n|^2).
     expected = 10 * np.log10(a**2 * np.dot(s, s) / np.dot(n, n))
     assert si_sdr(a * s + n, s) == pytest.approx(expected, abs=1e-6)
-    assert expected == pytest.approx(20.0, abs=1e-6)  # 0.1 relative noise amplitude = 20 dB
+    # noise at 0.1 of the clean amplitude, signal scaled by 0.37: 20*log10(0.37 / 0.1) = 11.36 dB
+    assert expected == pytest.approx(20 * np.log10(3.7), abs=1e-9)
 
 
 def test_si_sdr_ignores_scale_and_offset_and_is_huge_for_identity(speech):

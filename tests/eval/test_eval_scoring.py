@@ -90,3 +90,26 @@ def test_unknown_metric_group(tiny_testset):
     root, _ = tiny_testset
     with pytest.raises(ValueError, match="unknown metric groups"):
         score(discover(testset=root), ["bogus"], MetricCache(None), quiet=True)
+
+
+def test_audio_hash_follows_samples_not_file_bytes(tmp_path, speech, write_wav):
+    import time
+
+    from eval.audio import audio_hash
+
+    x = speech(1.0)
+    a = write_wav(tmp_path / "a.wav", x, subtype="FLOAT")
+    time.sleep(1.1)  # libsndfile stamps float WAVs with the time of writing
+    b = write_wav(tmp_path / "b.wav", x, subtype="FLOAT")
+    assert a.read_bytes() != b.read_bytes()
+    assert audio_hash(a) == audio_hash(b)
+    import soundfile as sf
+
+    pcm = np.round(x * 32767).astype(np.int16)  # exact 16-bit samples for both containers
+    sf.write(str(tmp_path / "c.wav"), pcm, 16000)
+    sf.write(str(tmp_path / "c.flac"), pcm, 16000)
+    pcm_wav, pcm_flac = tmp_path / "c.wav", tmp_path / "c.flac"
+    assert audio_hash(pcm_wav) == audio_hash(pcm_flac)  # same samples, other container
+    assert audio_hash(pcm_wav) != audio_hash(a)  # 16-bit quantised samples differ from float
+    assert audio_hash(write_wav(tmp_path / "d.wav", x, sr=8000)) != audio_hash(pcm_wav)
+    assert audio_hash(write_wav(tmp_path / "e.wav", 0.5 * x)) != audio_hash(pcm_wav)
