@@ -60,7 +60,7 @@ def child(cfg: dict) -> dict:
     spans: dict[str, float] = {}
     for e in restorer.tracer.events:
         name = e["name"]
-        key = ("sampling" if name.startswith("window") else name if name in ("read", "encode", "decode", "write")
+        key = ("sampling" if name.startswith("batch") else name if name in ("read", "encode", "decode", "write")
                else None)
         if key and (e["track"] in ("io", "pipeline") or name in ("encode", "decode")):
             spans[key] = spans.get(key, 0.0) + e["dur"] / 1e6

@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
     events = json.load(open(args.trace))["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
-    spans = [e for e in events if e["ph"] == "X" and not e["name"].startswith("window")]
+    spans = [e for e in events if e["ph"] == "X" and not e["name"].startswith("batch")]
     t0 = min(e["ts"] for e in spans)
     rows = [t for t in ("io", "main", "second engine", "worker") if t in names.values()]
     row_of = {tid: rows.index(n) for tid, n in names.items() if n in rows}
@@ -43,14 +43,14 @@ def main() -> None:
         ax.broken_barh([(start, dur)], (row_of[e["tid"]] - 0.4, 0.8), color=colour,
                        label=e["name"] if e["name"] not in seen else None)
         seen.add(e["name"])
-    for e in (e for e in events if e["ph"] == "X" and e["name"].startswith("window")):
+    for e in (e for e in events if e["ph"] == "X" and e["name"].startswith("batch")):
         ax.axvline((e["ts"] - t0) / 1e6, color="k", lw=0.5, ls=":")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel("seconds")
     if args.from_s is not None or args.to_s is not None:
         ax.set_xlim(args.from_s, args.to_s)
     ax.legend(loc="upper right", fontsize=8, ncol=5)
-    ax.set_title("what ran where (dotted: window starts)")
+    ax.set_title("what ran where (dotted: window batch starts)")
     fig.tight_layout()
     fig.savefig(args.out, dpi=80)
     print(f"wrote {args.out}")

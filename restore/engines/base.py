@@ -2,7 +2,7 @@
 
 | plan   | sot                                   | so, u                        | codec                    |
 | ------ | ------------------------------------- | ---------------------------- | ------------------------ |
-| cpu    | CPU, all branches batched             | (same batch)                 | CPU                      |
+| cpu    | CPU, branch after branch (measured)   | (same engine)                | CPU                      |
 | cuda   | GPU (bf16), all branches batched      | (same batch)                 | GPU                      |
 | split  | main device, MLPs split with the CPU  | chunk worker process (torch) | worker, declared idle    |
 | apple  | MLX GPU, MLPs split with the CPU      | Core ML worker (Neural Eng.) | worker, declared idle    |
@@ -95,7 +95,9 @@ def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | No
         return Plan("split", device, dtype, worker=True, split=True, mlp_share=mlp_share)
     if device != "cpu":
         raise ValueError(f"plan 'cpu' runs on the CPU, not {device!r}")
-    return Plan("cpu", "cpu", torch.float32)
+    # One forward per branch: on a 2-core CPU batching the three branches was no faster (flash 2.23x vs
+    # 2.37x realtime, pro 0.50x both; docs/bench/cpu-2core) and held 126-152 MB more.
+    return Plan("cpu", "cpu", torch.float32, batch_branches=False)
 
 
 def build_engine(plan: Plan, model, codec, *, model_dir=None, frames: int = 0, samples: int = 0, tracer=None):
