@@ -139,6 +139,39 @@ def section_split(args, out: dict) -> None:
     print(proc.stdout[-4000:], proc.stderr[-2000:], flush=True)
 
 
+def markdown(out: dict) -> str:
+    """The results as a Markdown report (also rendered from a saved gpu_bench.json with --render)."""
+    lines = [f"# GPU benchmark: {out['device']}, torch {out['torch']}", "",
+             f"`{out.get('command', 'python scripts/bench_gpu.py')}`; peak used for fractions: "
+             f"{out['peak_tflops']:.0f} TFLOP/s (bf16, measured).", ""]
+    if out.get("folder"):
+        lines += ["## Folder restoration (`restore folder/ -o out/ --plan cuda`)", "",
+                  "| sampler | windows per batch | files | audio s | restore wall s | RTF (restore) | RTF (with process start) |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in out["folder"]:
+            rtf = f"{r['rtf_restore']:.0f}x" if r.get("rtf_restore") else f"failed (rc {r['rc']})"
+            lines.append(f"| {r['sampler']} | {r['batch']} | {r['files']} | {r['audio_s']} | {r['restore_wall_s']} "
+                         f"| {rtf} | {r['rtf_process']:.0f}x |")
+        lines.append("")
+    if out.get("loop"):
+        lines += ["## Sampler-loop forward (one guided step of 30 s windows, bf16)", "",
+                  "| model | rows (3 per window) | mode | ms per forward | TFLOP/s | fraction of peak |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in out["loop"]:
+            if "error" in r:
+                lines.append(f"| {r['model']} | {r['rows']} | {r['compile']} | error: {r['error'][:80]} | | |")
+            else:
+                lines.append(f"| {r['model']} | {r['rows']} | {r['compile']} | {r['ms']:.2f} | {r['tflops']:.0f} "
+                             f"| {100 * r['peak_fraction']:.0f}% |")
+        lines.append("")
+    if "split_vs_cuda" in out:
+        lines += ["## split next to cuda", "", "```", out["split_vs_cuda"]["stdout"].strip(), "```", ""]
+    for k, v in out.items():
+        if k.endswith("_error"):
+            lines += [f"## {k}", "", "```", v.strip(), "```", ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -146,9 +179,15 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--sections", default="loop,folder,split")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--render", help="write results.md next to this gpu_bench.json and stop")
     args = ap.parse_args()
+    if args.render:
+        path = Path(args.render)
+        path.with_name("results.md").write_text(markdown(json.loads(path.read_text())))
+        return
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peak_tflops": args.peak}
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peak_tflops": args.peak,
+           "command": "python scripts/bench_gpu.py " + " ".join(sys.argv[1:])}
     for name in args.sections.split(","):
         try:
             {"loop": section_loop, "folder": section_folder, "split": section_split}[name](args, out)
@@ -156,6 +195,7 @@ def main() -> None:
             out[name + "_error"] = traceback.format_exc()[-2000:]
             print(out[name + "_error"], flush=True)
         (Path(args.out) / "gpu_bench.json").write_text(json.dumps(out, indent=2))
+        (Path(args.out) / "results.md").write_text(markdown(out))
 
 
 if __name__ == "__main__":
