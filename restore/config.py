@@ -74,6 +74,7 @@ class ModelConfig(BaseConfig):
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     time_dim: int = 256       # sinusoidal timestep features
+    precondition: str = "none"  # "obs_skip": the network predicts what the best linear estimator cannot
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     text: TextConfig = field(default_factory=TextConfig)
 

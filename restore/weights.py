@@ -92,3 +92,19 @@ def build_model(files: ModelFiles, dtype: torch.dtype = torch.float32, device: s
         raise InputError(f"model weights do not match the architecture: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
     return model.to(device=device, dtype=dtype).eval()
+
+
+def build_skip(files: ModelFiles, device: str | torch.device = "cpu"):
+    """The observation skip (fp32, a few kB) for models that have one, else None. Built from the weights
+    alone, so that plans whose engines hold their own copy of the network need no torch model."""
+    if files.model.precondition != "obs_skip":
+        return None
+    from .model.precondition import ObsSkip
+
+    skip = ObsSkip(files.codec.latent_dim)
+    prefix = "skip."
+    try:
+        skip.load_state_dict({k[len(prefix):]: v.float() for k, v in files.state.items() if k.startswith(prefix)})
+    except RuntimeError as e:
+        raise InputError(f"model weights lack the observation skip that config.json declares ({e})") from None
+    return skip.to(device).eval().requires_grad_(False)

@@ -7,7 +7,7 @@ import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-TINY_MODEL = {"width": 64, "layers": 2, "heads": 2, "intermediate": 128,
+TINY_MODEL = {"width": 64, "layers": 2, "heads": 2, "intermediate": 128, "precondition": "obs_skip",
               "encoder": {"width": 32, "layers": 1, "out_dim": 32},
               "text": {"width": 32, "layers": 1, "heads": 2}}
 

@@ -20,6 +20,7 @@ from torch import nn
 from ..config import CodecConfig, ModelConfig
 from .encoder import SemanticEncoder, TextEncoder, timestep_features
 from .layers import Block, RMSNorm, rotary_tables
+from .precondition import ObsSkip
 
 
 @dataclass
@@ -58,6 +59,11 @@ class DiT(nn.Module):
         self.final_norm = RMSNorm(c, config.norm_eps, affine=False)
         self.final_mod = nn.Linear(c, 2 * c)
         self.out = nn.Linear(c, d)
+        if config.precondition not in ("none", "obs_skip"):
+            raise ValueError(f"unknown precondition {config.precondition!r}: choose none or obs_skip")
+        # velocity() returns the raw network output; with obs_skip the sampler loop and the trainer turn
+        # it into a velocity (ObsSkip.velocity), so that every engine computes the network alone
+        self.skip = ObsSkip(d) if config.precondition == "obs_skip" else None
         self._init()
 
     def _init(self):

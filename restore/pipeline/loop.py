@@ -13,8 +13,9 @@ from ..sampling import combine, guided_steps, step, timesteps
 
 def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
                      generator: torch.Generator | Callable[[], torch.Tensor],
-                     device: torch.device | str = "cpu") -> Iterator[tuple[int, torch.Tensor]]:
-    """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0.
+                     device: torch.device | str = "cpu", skip=None) -> Iterator[tuple[int, torch.Tensor]]:
+    """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0. `skip` (a BoundSkip, for
+    models with the observation skip) turns the engine's raw outputs into velocities.
 
     Fresh noise for stochastic steps comes from the CPU (a generator, or a function drawing one tensor
     of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
@@ -23,6 +24,8 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
     x = noise.float().to(device)
     for i in range(cfg.steps):
         vs = engine.velocities(x, ts[i], guided[i])
+        if skip is not None:
+            vs = skip(tuple(v.to(device) for v in vs), x, ts[i])
         v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
         fresh = None
         if cfg.churn > 0 and ts[i + 1] > 0:

@@ -73,6 +73,7 @@ class Restorer:
                 self.model = DiT(self.files.model, self.files.codec)  # configuration only, no storage
         else:
             self.model = weights.build_model(self.files, device=self.plan.device)
+        self.skip = weights.build_skip(self.files, self.plan.device)
         self.codec = build_codec(self.files.codec).to(self.plan.device)
         self.sample_rate = self.files.codec.sample_rate
         wc = window or WindowConfig()
@@ -208,7 +209,8 @@ class Restorer:
         noise = lambda: torch.cat([torch.randn(shape(w), generator=g) for w, g in zip(batch, gens)])
         first = batch[0]
         latents = None
-        for i, latents in generate_latents(self.engine, noise(), cfg, noise, self.plan.device):
+        skip = self.skip.bind(obs) if self.skip is not None else None
+        for i, latents in generate_latents(self.engine, noise(), cfg, noise, self.plan.device, skip):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
         return latents

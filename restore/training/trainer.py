@@ -83,7 +83,11 @@ class Trainer:
         self.model = DiT(model_cfg, codec_cfg).to(self.device)
         if init is not None:
             files = weights.load(init)
-            self.model.load_state_dict({k: v.float() for k, v in files.state.items()})
+            missing, unexpected = self.model.load_state_dict({k: v.float() for k, v in files.state.items()},
+                                                             strict=False)
+            # a model without the observation skip may start one: its parameters keep their initial values
+            if unexpected or any(not k.startswith("skip.") for k in missing):
+                raise ValueError(f"{init}: weights do not match (missing {missing[:5]}, unexpected {unexpected[:5]})")
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.ema_params, self.model_params = list(self.ema.parameters()), list(self.model.parameters())
         decay, no_decay = [], []
@@ -176,6 +180,8 @@ class Trainer:
         target = eps - x0
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
+        if self.model.skip is not None:
+            v = self.model.skip.velocity(v, xt, t, obs, use_cond)
         err = (v.float() - target).square().mean(-1)  # (B, T)
         loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
         self.opt.zero_grad(set_to_none=True)
@@ -205,21 +211,25 @@ class Trainer:
         eps = torch.randn(x0.shape, device=self.device, generator=g)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
             ctx = self.ema.context(deg, obs, use, ids, mask)
+
+            def vel(x: torch.Tensor, tv: float) -> torch.Tensor:
+                t = torch.full((b,), tv, device=self.device)
+                v = self.ema.velocity(x, t, ctx).float()
+                return v if self.ema.skip is None else self.ema.skip.velocity(v, x, t, obs, True)
+
             # How well the conditions alone predict the clean latents (t = 1), against the degraded
             # input's own latents as the estimate: the crux of restoration from pure noise.
-            v1 = self.ema.velocity(eps, torch.ones(b, device=self.device), ctx).float()
+            v1 = vel(eps, 1.0)
             x0_err = ((eps - v1 - x0).square().mean() / x0.square().mean()).item()
             obs_err = ((obs - x0).square().mean() / x0.square().mean()).item()
             losses = []
             for tv in (0.2, 0.5, 0.8):
-                t = torch.full((b,), tv, device=self.device)
-                v = self.ema.velocity((1 - tv) * x0 + tv * eps, t, ctx)
-                losses.append((v.float() - (eps - x0)).square().mean().item())
+                v = vel((1 - tv) * x0 + tv * eps, tv)
+                losses.append((v - (eps - x0)).square().mean().item())
             x = eps
             ts = timesteps(steps, 1.0).tolist()
             for i in range(steps):
-                v = self.ema.velocity(x, torch.full((b,), ts[i], device=self.device), ctx)
-                x = rf_step(x, v, ts[i], ts[i + 1])
+                x = rf_step(x, vel(x, ts[i]), ts[i], ts[i + 1])
         out = self.codec.decode(x)
         return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
                 "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean)}

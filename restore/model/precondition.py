@@ -1,0 +1,52 @@
+"""The observation skip's parameters (see restore/sampling/precondition.py for the math): a gain on the
+observation latents that gives the prior mean of conditioned rows, and log-variances of the residual
+for conditioned and unconditioned rows, one per latent dimension. They live in the model's weights
+(`skip.*`), are learned with it, and are applied outside the engines, once per branch, by the sampler
+loop and the trainer: every engine computes only the raw network output."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..sampling.precondition import skip_velocity
+
+
+class ObsSkip(nn.Module):
+    def __init__(self, dim: int, gain: float = 0.5, var_cond: float = 0.3, var_uncond: float = 0.6):
+        super().__init__()
+        self.gain = nn.Parameter(torch.full((dim,), gain))
+        self.logvar = nn.Parameter(torch.tensor([[math.log(var_cond)] * dim, [math.log(var_uncond)] * dim]))
+
+    def velocity(self, raw: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float, obs: torch.Tensor,
+                 use_cond: torch.Tensor | bool) -> torch.Tensor:
+        """Rows with use_cond (B,) (or a bool for all rows) take the observation as prior mean."""
+        gain, logvar = self.gain.float(), self.logvar.float()
+        if isinstance(use_cond, bool):
+            mean = gain * obs.float() if use_cond else torch.zeros((), device=x.device)
+            var = logvar[0 if use_cond else 1].exp()
+        else:
+            c = use_cond.to(x.device)[:, None, None]
+            mean = torch.where(c, gain * obs.float(), 0.0)
+            var = torch.where(c, logvar[0].exp(), logvar[1].exp())
+        return skip_velocity(raw, x, t, mean, var)
+
+    def bind(self, obs: torch.Tensor) -> "BoundSkip":
+        return BoundSkip(self, obs)
+
+
+class BoundSkip:
+    """The skip for one batch of windows: turns an engine's raw branch outputs into velocities."""
+
+    def __init__(self, skip: ObsSkip, obs: torch.Tensor):
+        self.skip, self.obs = skip, obs
+
+    def __call__(self, raws: tuple[torch.Tensor, ...], x: torch.Tensor, t: float) -> tuple[torch.Tensor, ...]:
+        """(u, so, sot) on guided steps or (sot,) on unguided ones; only u goes without the observation."""
+        obs = self.obs.to(x.device)
+        if len(raws) == 3:
+            return (self.skip.velocity(raws[0], x, t, obs, False),
+                    *(self.skip.velocity(r, x, t, obs, True) for r in raws[1:]))
+        return tuple(self.skip.velocity(r, x, t, obs, True) for r in raws)

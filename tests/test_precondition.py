@@ -1,0 +1,90 @@
+"""The observation skip: its math against a Gaussian model where the answer is known, its parameters'
+round trip through the weights, and the sampler loop applying it to raw engine outputs."""
+
+import torch
+
+from restore import weights
+from restore.config import CodecConfig, ModelConfig
+from restore.model.dit import DiT
+from restore.model.precondition import ObsSkip
+from restore.sampling.precondition import skip_coefficients, skip_velocity
+
+from tests.conftest import TINY_MODEL
+
+
+def gaussian_case(t: float, var: float, n: int = 400_000, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    m = torch.randn(n, generator=g) * 2.0
+    x0 = m + var**0.5 * torch.randn(n, generator=g)
+    eps = torch.randn(n, generator=g)
+    return m, x0, eps, (1 - t) * x0 + t * eps
+
+
+def test_exact_prior_mean_gives_the_exact_velocity():
+    # var = 0: x0 is the prior mean, so x_t reveals the noise and the velocity exactly
+    m, x0, eps, x = gaussian_case(0.6, 0.0)
+    v = skip_velocity(torch.zeros_like(x), x, 0.6, m, torch.tensor(0.0))
+    assert torch.allclose(v, eps - x0, atol=1e-5)
+
+
+def test_linear_part_is_the_least_squares_estimate_and_c_its_spread():
+    for t in (0.05, 0.3, 0.7, 1.0):
+        for var in (0.1, 0.5, 2.0):
+            m, x0, eps, x = gaussian_case(t, var)
+            target = eps - x0
+            v = skip_velocity(torch.zeros_like(x), x, t, m, torch.tensor(var))
+            mse = (v - target).square().mean().item()
+            _, c = skip_coefficients(torch.tensor(t), torch.tensor(var))
+            assert abs(mse - c.item() ** 2) < 0.02 * c.item() ** 2 + 1e-4, (t, var, mse, c.item() ** 2)
+            a, _ = skip_coefficients(torch.tensor(t), torch.tensor(var))
+            for da in (-0.1, 0.1):  # any other gain on y does worse
+                worse = -m + (a + da) * (x - (1 - t) * m)
+                assert (worse - target).square().mean().item() > mse
+
+
+def test_raw_output_is_scaled_by_c():
+    x, m, raw = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    var = torch.full((4,), 0.3)
+    t = torch.tensor([0.2, 0.9])
+    base = skip_velocity(torch.zeros_like(raw), x, t, m, var)
+    _, c = skip_coefficients(t[:, None, None], var)
+    assert torch.allclose(skip_velocity(raw, x, t, m, var) - base, c * raw, atol=1e-6)
+
+
+def test_bound_skip_gives_the_unconditioned_branch_no_observation():
+    skip = ObsSkip(4)
+    obs, x = torch.randn(1, 3, 4), torch.randn(1, 3, 4)
+    raws = tuple(torch.randn(1, 3, 4) for _ in range(3))
+    u, so, sot = skip.bind(obs)(raws, x, 0.7)
+    with torch.no_grad():
+        assert torch.allclose(u, skip.velocity(raws[0], x, 0.7, torch.zeros_like(obs), False))
+        assert torch.allclose(so, skip.velocity(raws[1], x, 0.7, obs, True))
+        assert not torch.allclose(u, skip.velocity(raws[0], x, 0.7, obs, True))
+        (only,) = skip.bind(obs)((raws[2],), x, 0.7)
+        assert torch.allclose(only, sot)
+        # per-row conditioning (the trainer's form) agrees with the per-branch form
+        rows = skip.velocity(torch.cat(raws[:2]), x.repeat(2, 1, 1), 0.7, obs.repeat(2, 1, 1),
+                             torch.tensor([False, True]))
+        assert torch.allclose(rows, torch.cat([u, so]))
+
+
+def test_skip_parameters_round_trip_through_the_weights(tmp_path):
+    cfg = ModelConfig.from_dict({**TINY_MODEL, "precondition": "obs_skip"})
+    codec = CodecConfig(scale=3.0)
+    model = DiT(cfg, codec)
+    with torch.no_grad():
+        model.skip.gain.uniform_(0.2, 0.9)
+    weights.save(tmp_path, cfg, codec, model.state_dict(), dtype=torch.float32)
+    files = weights.load(tmp_path)
+    skip = weights.build_skip(files)
+    assert torch.equal(skip.gain, model.skip.gain.detach())
+    assert weights.build_skip(weights.load(tmp_path)) is not None
+    assert "skip.gain" in files.state and weights.build_model(files).skip is not None
+
+
+def test_models_without_the_skip_have_none(tmp_path):
+    cfg = ModelConfig.from_dict({**TINY_MODEL, "precondition": "none"})
+    codec = CodecConfig(scale=3.0)
+    weights.save(tmp_path, cfg, codec, DiT(cfg, codec).state_dict(), dtype=torch.float32)
+    files = weights.load(tmp_path)
+    assert weights.build_skip(files) is None and not any(k.startswith("skip.") for k in files.state)
