@@ -40,7 +40,9 @@ def main() -> None:
         train["minutes"] = args.minutes
     if args.device == "cpu":
         train.setdefault("compile", False)
-    trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(over.get("model")),
+    # new models train with the observation skip (docs/training.md, "The observation skip")
+    model = {"precondition": "obs_skip", **over.get("model", {})}
+    trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(model),
                       CodecConfig.from_dict({**DEFAULT_CODEC, **over.get("codec", {})}), args.data, args.out,
                       device=args.device, init=args.init, degrade_cfg=DegradeConfig.from_dict(over.get("degrade")))
     if args.resume and trainer.resume():

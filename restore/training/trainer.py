@@ -85,9 +85,13 @@ class Trainer:
             files = weights.load(init)
             missing, unexpected = self.model.load_state_dict({k: v.float() for k, v in files.state.items()},
                                                              strict=False)
-            # a model without the observation skip may start one: its parameters keep their initial values
+            # a model without the observation skip may start one: the skip keeps its initial values and
+            # the output layer, which predicted whole velocities, restarts from zero (the skip's estimate)
             if unexpected or any(not k.startswith("skip.") for k in missing):
                 raise ValueError(f"{init}: weights do not match (missing {missing[:5]}, unexpected {unexpected[:5]})")
+            if missing:
+                torch.nn.init.zeros_(self.model.out.weight)
+                torch.nn.init.zeros_(self.model.out.bias)
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.ema_params, self.model_params = list(self.ema.parameters()), list(self.model.parameters())
         decay, no_decay = [], []

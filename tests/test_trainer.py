@@ -1,0 +1,97 @@
+"""The trainer on the CPU with a tiny model and a data folder the test writes (the same int16 shard
+format scripts/prepare_data.py writes): it learns, checkpoints, resumes exactly, exports weights the
+restorer loads, and starts an observation skip from a model that had none."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from restore import weights
+from restore.config import CodecConfig, ModelConfig
+from restore.model.dit import DiT
+from restore.training.trainer import TrainConfig, Trainer
+from tests.conftest import TINY_MODEL, speechlike
+
+ROOT = Path(__file__).resolve().parent.parent
+SR = 16000
+
+
+def prepare_module():
+    spec = importlib.util.spec_from_file_location("prepare_data", ROOT / "scripts" / "prepare_data.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    prep = prepare_module()
+    out = tmp_path_factory.mktemp("train_data")
+    rng = np.random.default_rng(0)
+    speech = [(speechlike(6.0, seed=i) * 0.3, {"path": f"s{i}.wav", "speaker": f"spk{i}", "text": "a test",
+                                                "text_kind": "human"}) for i in range(4)]
+    prep.write_shards(out, "speech", speech, 1 << 20)
+    noise = [(rng.standard_normal(SR * 2).astype(np.float32) * 0.1, {"path": "n.wav", "license": "test"})]
+    prep.write_shards(out, "noise", noise, 1 << 20)
+    rir = np.zeros(SR // 4, np.float32)
+    rir[0], rir[400:] = 0.9, 0.1 * np.exp(-np.arange(SR // 4 - 400) / 800) * rng.standard_normal(SR // 4 - 400)
+    prep.write_shards(out, "rir", [(rir, {"path": "r.wav", "license": "test"})], 1 << 20)
+    clean = np.stack([speechlike(2.048, seed=9) * 0.3])
+    degraded = clean + rng.standard_normal(clean.shape).astype(np.float32) * 0.05
+    np.savez(out / "val.npz", clean=prep.to_int16(clean), degraded=prep.to_int16(degraded))
+    (out / "val.json").write_text("[]")
+    return out
+
+
+def trainer(data_dir, out, init=None, precondition="obs_skip", seed=0):
+    cfg = TrainConfig(batch=2, window_seconds=4.096, compile=False, bf16=False, warmup=5, lr=1e-3, seed=seed,
+                      log_every=5, val_every=1000, minutes=0.0)
+    model = ModelConfig.from_dict({**TINY_MODEL, "precondition": precondition})
+    return Trainer(cfg, model, CodecConfig(scale=3.0), data_dir, out, device="cpu", init=init)
+
+
+def test_loss_falls_and_checkpoint_resumes_exactly(data_dir, tmp_path):
+    tr = trainer(data_dir, tmp_path / "run")
+    losses = [tr.train_step(tr.batch()).item() for _ in range(30)]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+    tr.save_checkpoint()
+    after = [tr.train_step(tr.batch()).item() for _ in range(3)]
+
+    again = trainer(data_dir, tmp_path / "run")
+    assert again.resume() and again.step == 30
+    assert [again.train_step(again.batch()).item() for _ in range(3)] == pytest.approx(after, rel=1e-5)
+
+
+def test_validation_reports_the_skip_model_and_export_loads(data_dir, tmp_path):
+    tr = trainer(data_dir, tmp_path / "run")
+    for _ in range(3):
+        tr.train_step(tr.batch())
+    v = tr.validate(steps=2)
+    assert {"val_loss", "val_x0_err_t1", "obs_x0_err", "val_si_sdr", "val_lsd"} <= set(v)
+    assert all(np.isfinite(x) for x in v.values())
+    paths = tr.export(tmp_path / "export")
+    assert all(p.stat().st_size <= 16 * 2**20 for p in paths)
+    files = weights.load(tmp_path / "export")
+    assert files.model.precondition == "obs_skip" and files.info["train_steps"] == 3
+    assert weights.build_skip(files) is not None and weights.build_model(files) is not None
+    json.loads((tmp_path / "export" / "config.json").read_text())  # valid JSON with the format version
+
+
+def test_init_from_a_model_without_the_skip_restarts_only_the_output_layer(data_dir, tmp_path):
+    cfg = ModelConfig.from_dict({**TINY_MODEL, "precondition": "none"})
+    old = DiT(cfg, CodecConfig(scale=3.0))
+    with torch.no_grad():
+        for p in old.parameters():
+            p.add_(0.01)
+    weights.save(tmp_path / "old", cfg, CodecConfig(scale=3.0), old.state_dict(), dtype=torch.float32)
+    tr = trainer(data_dir, tmp_path / "run", init=tmp_path / "old")
+    assert torch.equal(tr.model.x_in.weight, old.x_in.weight.float())
+    assert tr.model.out.weight.abs().max() == 0 and tr.model.out.bias.abs().max() == 0
+    with pytest.raises(ValueError):  # the reverse would drop learned parameters: refused
+        weights.save(tmp_path / "new", ModelConfig.from_dict({**TINY_MODEL, "precondition": "obs_skip"}),
+                     CodecConfig(scale=3.0), tr.model.state_dict(), dtype=torch.float32)
+        trainer(data_dir, tmp_path / "run2", init=tmp_path / "new", precondition="none")
