@@ -92,7 +92,7 @@ def finish_trace(restorer: Restorer | None, trace: Path | None, echo) -> None:
 
 def run(input: Path, output: Path | None, *, model: Path | None = None, plan: str = "auto", device: str = "auto",
         format: str | None = None, overwrite: bool = False, report: Path | None = None, progress: bool = False,
-        trace: Path | None = None, mlp_share: float | None = None, batch: int | None = None,
+        trace: Path | None = None, mlp_share: float | None = None, batch: int | None = None, compile: str = "off",
         echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr), **options) -> int:
     """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed)."""
     input = Path(input)
@@ -102,12 +102,13 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
     if input.is_dir():
         return _run_folder(input, output, model=model, plan=plan, device=device, format=format,
                            overwrite=overwrite, report=report, progress=progress, echo=echo, trace=trace,
-                           mlp_share=mlp_share, batch=batch, **options)
+                           mlp_share=mlp_share, batch=batch, compile=compile, **options)
     if format:
         raise UsageError("--format applies to folder runs; give the output file's extension instead")
     audio.check_output(input, output, overwrite)
     audio.probe(input)  # fail on a bad input before loading the model
-    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share)
+    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share,
+                        compile=compile)
     line = ProgressLine(progress)
     try:
         rep = restorer.restore_file(input, output, progress=line, **options)
@@ -125,7 +126,7 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
 
 
 def _run_folder(input: Path, output: Path, *, model, plan, device, format, overwrite, report, progress, echo,
-                trace=None, mlp_share=None, batch: int | None = None, **options) -> int:
+                trace=None, mlp_share=None, batch: int | None = None, compile: str = "off", **options) -> int:
     out_root = output.resolve()
     if out_root == input.resolve():
         raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
@@ -139,8 +140,8 @@ def _run_folder(input: Path, output: Path, *, model, plan, device, format, overw
         raise UsageError(f"--format {format}: cannot write that; use one of {', '.join(sorted(audio.WRITE_FORMATS))}")
     run = FolderRun(input, output, report or output / REPORT_NAME, options, echo)
     run.plan([(f, folder_output(input, output, f, format)) for f in files], overwrite)
-    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share) \
-        if run.todo else None
+    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share,
+                        compile=compile) if run.todo else None
     try:
         code = run.restore(restorer, ProgressLine(progress, len(run.todo)), batch)
     finally:

@@ -26,6 +26,12 @@ class PlanName(str, Enum):
     apple = "apple"
 
 
+class CompileMode(str, Enum):
+    off = "off"
+    default = "default"
+    cuda_graphs = "cuda-graphs"
+
+
 class Channels(str, Enum):
     auto = "auto"
     each = "each"
@@ -55,6 +61,7 @@ def restore(
     report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report (folder runs default to OUTPUT/restore-report.json).")] = None,
     batch: Annotated[Optional[int], typer.Option(help="Folder runs: channel windows restored together (default 16 on a GPU, 1 on the CPU).")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="Write a Chrome/Perfetto trace (JSON) of what ran where and when.")] = None,
+    compile: Annotated[CompileMode, typer.Option(help="cpu/cuda plans: compile the model's forward (cuda-graphs: also capture CUDA graphs; pays off on long folder runs).")] = CompileMode.off,
     mlp_share: Annotated[Optional[float], typer.Option("--mlp-share", help="split plan: share of each MLP on the second engine (default: measured).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     debug: Annotated[bool, typer.Option(help="Show tracebacks of errors.")] = False,
@@ -65,7 +72,7 @@ def restore(
         code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, seed=seed,
                        transcript=transcript, device=device, plan=plan.value, sample_rate=sample_rate,
                        channels=channels.value, format=format, overwrite=overwrite, model=model, report=report,
-                       batch=batch, trace=trace, mlp_share=mlp_share, progress=not quiet and sys.stderr.isatty())
+                       batch=batch, trace=trace, mlp_share=mlp_share, compile=compile.value, progress=not quiet and sys.stderr.isatty())
     except RestoreError as e:
         if debug:
             traceback.print_exc()

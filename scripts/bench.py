@@ -48,7 +48,7 @@ def child(cfg: dict) -> dict:
     from restore.pipeline.restorer import Restorer
 
     torch.set_num_threads(cfg["threads"]) if cfg.get("threads") else None
-    plan = replace(resolve_plan(cfg["plan"], cfg["device"], cfg.get("mlp_share")),
+    plan = replace(resolve_plan(cfg["plan"], cfg["device"], cfg.get("mlp_share"), compile=cfg.get("compile", "off")),
                    batch_branches=cfg["batch_branches"])
     restorer = Restorer(cfg["model"], plan=plan, trace=True)
     load = time.perf_counter() - t0
@@ -65,7 +65,7 @@ def child(cfg: dict) -> dict:
         if key and (e["track"] in ("io", "pipeline") or name in ("encode", "decode")):
             spans[key] = spans.get(key, 0.0) + e["dur"] / 1e6
     restorer.close()
-    result = {**{k: cfg[k] for k in ("plan", "sampler", "batch_branches", "device")},
+    result = {**{k: cfg[k] for k in ("plan", "sampler", "batch_branches", "device")}, "compile": cfg.get("compile", "off"),
               "audio_s": warm.seconds_audio, "load_s": load, "cold_s": load + cold.seconds_wall,
               "warm_s": warm.seconds_wall, "rtf_cold": warm.seconds_audio / (load + cold.seconds_wall),
               "rtf_warm": warm.seconds_audio / warm.seconds_wall, "breakdown_s": spans,
@@ -82,11 +82,12 @@ def write_outputs(results: list[dict], out: Path, meta: dict) -> None:
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     lines = [f"# Benchmark: {meta['machine']}", "", f"`{meta['command']}` on {meta['date']}; "
              f"{meta['audio_s']:.0f} s recording; realtime factor = audio s / wall s (higher is faster).", "",
-             "| plan | sampler | branches | RTF warm | RTF cold | load s | sampling s | encode s | decode s | read s | write s | peak RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| plan | sampler | branches | compile | RTF warm | RTF cold | load s | sampling s | encode s | decode s | read s | write s | peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         b = r["breakdown_s"]
         lines.append(f"| {r['plan']} | {r['sampler']} | {'batched' if r['batch_branches'] else 'one by one'} | "
+                     f"{r.get('compile', 'off')} | "
                      f"{r['rtf_warm']:.2f}x | {r['rtf_cold']:.2f}x | {r['load_s']:.1f} | {b.get('sampling', 0):.1f} | "
                      f"{b.get('encode', 0):.2f} | {b.get('decode', 0):.2f} | {b.get('read', 0):.2f} | "
                      f"{b.get('write', 0):.2f} | {r['peak_rss_mb']:.0f} |")
@@ -96,7 +97,8 @@ def write_outputs(results: list[dict], out: Path, meta: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['plan']}\n{r['sampler']}\n{'batched' if r['batch_branches'] else 'unbatched'}" for r in results]
+    labels = [f"{r['plan']}\n{r['sampler']}\n{'batched' if r['batch_branches'] else 'unbatched'}"
+              + ("" if r.get("compile", "off") == "off" else f"\n{r['compile']}") for r in results]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(results)), 4))
     ax.bar(range(len(results)), [r["rtf_warm"] for r in results], label="warm")
     ax.bar(range(len(results)), [r["rtf_cold"] for r in results], width=0.4, label="cold (load + compile)")
@@ -119,6 +121,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=180.0)
     ap.add_argument("--baselines", action="store_true", help="also run guided steps unbatched (one forward per branch)")
     ap.add_argument("--mlp-share", type=float, default=None, help="split plan: fixed share (default: sweep)")
+    ap.add_argument("--compile", default="off", help="also run each cpu/cuda configuration compiled in this mode "
+                    "(default, cuda-graphs), next to the eager one")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -130,10 +134,14 @@ def main() -> None:
         results = []
         for plan in args.plans.split(","):
             for sampler in args.samplers.split(","):
-                for batched in ([True, False] if args.baselines and plan != "split" else [True]):
+                compiles = ["off"] + ([args.compile] if args.compile != "off" and plan in ("cpu", "cuda") else [])
+                for batched, compile in [(b, c) for b in ([True, False] if args.baselines and plan != "split"
+                                                          else [True]) for c in compiles]:
                     cfg = {"plan": plan, "sampler": sampler, "batch_branches": batched, "device": args.device,
-                           "model": args.model, "input": str(rec), "tmp": tmp, "mlp_share": args.mlp_share}
-                    print(f"running {plan} {sampler} {'batched' if batched else 'unbatched'} ...", flush=True)
+                           "model": args.model, "input": str(rec), "tmp": tmp, "mlp_share": args.mlp_share,
+                           "compile": compile}
+                    print(f"running {plan} {sampler} {'batched' if batched else 'unbatched'} compile={compile} ...",
+                          flush=True)
                     proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)],
                                           capture_output=True, text=True)
                     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

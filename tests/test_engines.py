@@ -125,6 +125,28 @@ def test_split_plan_matches_cpu_plan(model_dir):
         split_eng.close()
 
 
+def test_compiled_cpu_plan_matches_eager(model_dir):
+    files = weights.load(model_dir)
+    model, codec = weights.build_model(files), build_codec(files.codec)
+    eager = engine("cpu", model_dir)
+    plan = resolve_plan("cpu", "cpu", compile="default")
+    assert plan.compile == "default" and plan.static_shapes
+    compiled = build_engine(plan, model, codec, model_dir=model_dir, frames=T, samples=N)
+    wave = window(3)
+    obs = eager.result(eager.encode_async(wave))
+    for eng in (eager, compiled):
+        eng.begin_window(wave, obs, ["hello"])
+    x = torch.randn(1, T, 514)
+    for a, b in zip(eager.velocities(x, 0.7, True), compiled.velocities(x, 0.7, True)):
+        assert rel(b, a) < 1e-4  # inductor reorders fp32 reductions
+
+
+@pytest.mark.parametrize("name, mode", [("split", "default"), ("cpu", "cuda-graphs"), ("cpu", "fast")])
+def test_compile_is_refused_where_it_does_not_apply(name, mode):
+    with pytest.raises(ValueError):
+        resolve_plan(name, "cpu", compile=mode)
+
+
 def test_codec_runs_only_in_declared_idle_time(model_dir):
     eng = engine("split", model_dir)
     try:

@@ -69,10 +69,27 @@ def _apple_plan(mlp_share: float | None, worker_backend: str | None) -> Plan:
                 mlp_share=mlp_share, engine="mlx", worker_backend=worker_backend)
 
 
+COMPILE_MODES = {"off": None, "default": "default", "cuda-graphs": "reduce-overhead"}
+
+
 def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | None = None,
-                 worker_backend: str | None = None) -> Plan:
+                 worker_backend: str | None = None, compile: str = "off") -> Plan:
     """`auto` picks the fastest plan this machine supports (`apple` on an Apple Silicon Mac with MLX,
-    unless a device is named). `worker_backend` overrides the apple plan's worker (tests on Linux)."""
+    unless a device is named). `worker_backend` overrides the apple plan's worker (tests on Linux).
+    `compile` (off, default, cuda-graphs) compiles the forward of the cpu and cuda plans."""
+    plan = _resolve(name, device, mlp_share, worker_backend)
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {compile!r}; choose one of {', '.join(COMPILE_MODES)}")
+    if compile == "off":
+        return plan
+    if plan.name not in ("cpu", "cuda"):
+        raise ValueError(f"--compile applies to the cpu and cuda plans, not {plan.name!r}")
+    if compile == "cuda-graphs" and plan.name != "cuda":
+        raise ValueError("--compile cuda-graphs needs the cuda plan")
+    return replace(plan, compile=COMPILE_MODES[compile])
+
+
+def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None) -> Plan:
     if name not in PLANS:
         raise ValueError(f"unknown plan {name!r}; choose one of {', '.join(PLANS)}")
     device_given = device != "auto"

@@ -60,9 +60,10 @@ class Restorer:
     """
 
     def __init__(self, model: str | Path | None = None, *, plan: str | Plan = "auto", device: str = "auto",
-                 window: WindowConfig | None = None, mlp_share: float | None = None, trace: bool = False):
+                 window: WindowConfig | None = None, mlp_share: float | None = None, trace: bool = False,
+                 compile: str = "off"):
         try:
-            self.plan = plan if isinstance(plan, Plan) else resolve_plan(plan, device, mlp_share)
+            self.plan = plan if isinstance(plan, Plan) else resolve_plan(plan, device, mlp_share, compile=compile)
         except ValueError as e:
             raise UsageError(str(e)) from None
         self.model_dir = Path(model) if model is not None else weights.DEFAULT_MODEL
