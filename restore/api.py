@@ -213,6 +213,9 @@ class FolderRun:
         self.summary["summary"] = {"restored": self.restored, "skipped": self.skipped, "failed": self.failed,
                                    "seconds_audio": round(self.seconds_audio, 2),
                                    "seconds_wall": round(self.seconds_wall, 2)}
+        if restorer is not None and restorer.plan.device.startswith("cuda"):  # GPU memory, for benchmarks
+            import torch
+            self.summary["summary"]["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20)
         write_json(self.report_path, self.summary)
         rate = f", {self.seconds_audio / self.seconds_wall:.2f}x realtime" if self.seconds_wall else ""
         self.echo(f"{self.restored} restored, {self.skipped} skipped, {self.failed} failed{rate}; "

@@ -114,19 +114,21 @@ def section_folder(args, out: dict) -> None:
         sf.write(folder / f"rec{i:03d}.wav", np.roll(rec, i * 997), sr)
     out["folder"] = []
     for sampler in ("flash", "pro"):
-        for batch in (16, 64):
-            dst = Path(f"/tmp/bench_out_{sampler}_{batch}")
+        for batch, compile in ((16, "off"), (64, "off"), (16, "cuda-graphs")):
+            dst = Path(f"/tmp/bench_out_{sampler}_{batch}_{compile}")
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda",
-                                   "--sampler", sampler, "--batch", str(batch), "--overwrite", "-q"],
+                                   "--sampler", sampler, "--batch", str(batch), "--compile", compile,
+                                   "--overwrite", "-q"],
                                   capture_output=True, text=True, cwd=ROOT)
             wall = time.perf_counter() - t0
             report = json.loads((dst / "restore-report.json").read_text()) if (dst / "restore-report.json").exists() else {}
             summary = report.get("summary", {})
-            r = {"sampler": sampler, "batch": batch, "files": n, "audio_s": 180 * n, "process_wall_s": wall,
+            r = {"sampler": sampler, "batch": batch, "compile": compile, "files": n, "audio_s": 180 * n, "process_wall_s": wall,
                  "restore_wall_s": summary.get("seconds_wall"), "rc": proc.returncode,
                  "rtf_restore": 180 * n / summary["seconds_wall"] if summary.get("seconds_wall") else None,
-                 "rtf_process": 180 * n / wall, "stderr": proc.stderr[-500:]}
+                 "rtf_process": 180 * n / wall, "gpu_peak_mb": summary.get("gpu_peak_mb"),
+                 "stderr": proc.stderr[-500:]}
             out["folder"].append(r)
             print(json.dumps(r), flush=True)
 
@@ -146,12 +148,12 @@ def markdown(out: dict) -> str:
              f"{out['peak_tflops']:.0f} TFLOP/s (bf16, measured).", ""]
     if out.get("folder"):
         lines += ["## Folder restoration (`restore folder/ -o out/ --plan cuda`)", "",
-                  "| sampler | windows per batch | files | audio s | restore wall s | RTF (restore) | RTF (with process start) |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "| sampler | windows per batch | compile | files | audio s | restore wall s | RTF (restore) | RTF (with process start) | GPU peak MB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in out["folder"]:
             rtf = f"{r['rtf_restore']:.0f}x" if r.get("rtf_restore") else f"failed (rc {r['rc']})"
-            lines.append(f"| {r['sampler']} | {r['batch']} | {r['files']} | {r['audio_s']} | {r['restore_wall_s']} "
-                         f"| {rtf} | {r['rtf_process']:.0f}x |")
+            lines.append(f"| {r['sampler']} | {r['batch']} | {r.get('compile', 'off')} | {r['files']} | {r['audio_s']} | {r['restore_wall_s']} "
+                         f"| {rtf} | {r['rtf_process']:.0f}x | {r.get('gpu_peak_mb') or 'not recorded'} |")
         lines.append("")
     if out.get("loop"):
         lines += ["## Sampler-loop forward (one guided step of 30 s windows, bf16)", "",

@@ -439,3 +439,10 @@ def test_unknown_plan_is_a_usage_error(cli, tmp_path):
     src = put(tmp_path / "in.wav", 1.0)
     result = cli(src, "-o", tmp_path / "out.wav", "--plan", "cuda", "--device", "cpu")
     assert result.exit_code == 2 and "cuda" in result.output and "Traceback" not in result.output
+
+
+def test_cuda_graphs_without_the_cuda_plan_is_a_usage_error(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 1.0)
+    result = cli(src, "-o", tmp_path / "out.wav", "--plan", "cpu", "--compile", "cuda-graphs")
+    assert result.exit_code == 2 and "cuda" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out.wav").exists()
