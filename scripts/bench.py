@@ -44,6 +44,7 @@ def child(cfg: dict) -> dict:
     t0 = time.perf_counter()
     import torch
 
+    from restore.config import SamplerConfig
     from restore.engines.base import resolve_plan
     from restore.pipeline.restorer import Restorer
 
@@ -58,6 +59,7 @@ def child(cfg: dict) -> dict:
     restorer.tracer.events.clear()
     warm = restorer.restore_file(cfg["input"], out, **kw)
     spans: dict[str, float] = {}
+    batches = sum(1 for e in restorer.tracer.events if e["track"] == "pipeline" and e["name"].startswith("batch"))
     for e in restorer.tracer.events:
         name = e["name"]
         key = ("sampling" if name.startswith("batch") else name if name in ("read", "encode", "decode", "write")
@@ -70,8 +72,11 @@ def child(cfg: dict) -> dict:
               "warm_s": warm.seconds_wall, "rtf_cold": warm.seconds_audio / (load + cold.seconds_wall),
               "rtf_warm": warm.seconds_audio / warm.seconds_wall, "breakdown_s": spans,
               "share": getattr(restorer.engine, "share", None),
+              "swept_s": {str(k): v for k, v in getattr(restorer.engine, "swept", {}).items()},
+              "sampler_steps": batches * SamplerConfig.preset(cfg["sampler"]).steps,
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "threads": torch.get_num_threads()}
+    result["step_ms"] = 1e3 * spans.get("sampling", 0.0) / max(result["sampler_steps"], 1)
     if torch.cuda.is_available():
         result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return result
@@ -82,13 +87,14 @@ def write_outputs(results: list[dict], out: Path, meta: dict) -> None:
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     lines = [f"# Benchmark: {meta['machine']}", "", f"`{meta['command']}` on {meta['date']}; "
              f"{meta['audio_s']:.0f} s recording; realtime factor = audio s / wall s (higher is faster).", "",
-             "| plan | sampler | branches | compile | RTF warm | RTF cold | load s | sampling s | encode s | decode s | read s | write s | peak RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| plan | sampler | branches | compile | RTF warm | RTF cold | load s | sampling s | step ms | MLP share | encode s | decode s | read s | write s | peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         b = r["breakdown_s"]
         lines.append(f"| {r['plan']} | {r['sampler']} | {'batched' if r['batch_branches'] else 'one by one'} | "
                      f"{r.get('compile', 'off')} | "
                      f"{r['rtf_warm']:.2f}x | {r['rtf_cold']:.2f}x | {r['load_s']:.1f} | {b.get('sampling', 0):.1f} | "
+                     f"{r.get('step_ms', 0):.1f} | {'—' if r.get('share') is None else format(r['share'], '.2f')} | "
                      f"{b.get('encode', 0):.2f} | {b.get('decode', 0):.2f} | {b.get('read', 0):.2f} | "
                      f"{b.get('write', 0):.2f} | {r['peak_rss_mb']:.0f} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
