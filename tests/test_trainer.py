@@ -13,7 +13,7 @@ import torch
 from restore import weights
 from restore.config import CodecConfig, ModelConfig
 from restore.model.dit import DiT
-from restore.training.trainer import TrainConfig, Trainer
+from restore.training.trainer import TrainConfig, Trainer, lr_scale
 from tests.conftest import TINY_MODEL, speechlike
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,3 +95,20 @@ def test_init_from_a_model_without_the_skip_restarts_only_the_output_layer(data_
         weights.save(tmp_path / "new", ModelConfig.from_dict({**TINY_MODEL, "precondition": "obs_skip"}),
                      CodecConfig(scale=3.0), tr.model.state_dict(), dtype=torch.float32)
         trainer(data_dir, tmp_path / "run2", init=tmp_path / "new", precondition="none")
+
+
+def test_lr_holds_then_falls_to_zero_over_the_last_share_of_the_run():
+    assert lr_scale(0.0, 100.0, 0.25) == 1.0 and lr_scale(75.0, 100.0, 0.25) == 1.0
+    assert lr_scale(87.5, 100.0, 0.25) == pytest.approx(0.5)
+    assert lr_scale(100.0, 100.0, 0.25) == 0.0 and lr_scale(120.0, 100.0, 0.25) == 0.0
+    assert lr_scale(99.0, 100.0, 0.0) == 1.0  # decay off: constant after warm-up
+
+
+def test_a_zero_learning_rate_step_leaves_the_weights_unchanged(data_dir, tmp_path):
+    tr = trainer(data_dir, tmp_path / "run")
+    tr.train_step(tr.batch())
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.train_step(tr.batch(), lr_scale=0.0)
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+    tr.train_step(tr.batch(), lr_scale=1.0)
+    assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())

@@ -47,6 +47,8 @@ class TrainConfig(BaseConfig):
     t_std: float = 1.0
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
+    decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
+                                # (warmup-stable-decay: each run ends annealed, whatever its length)
     log_every: int = 50
     val_every: int = 1000
     ckpt_minutes: float = 3.0
@@ -168,7 +170,7 @@ class Trainer:
         frame_mask = torch.arange(self.window // self.codec.hop, device=self.device)[None] < frames[:, None]
         return clean, degraded, use_cond.to(self.device), ids, mask, frame_mask
 
-    def train_step(self, batch) -> float:
+    def train_step(self, batch, lr_scale: float = 1.0) -> float:
         cfg = self.cfg
         clean, degraded, use_cond, ids, mask, frame_mask = batch
         with torch.no_grad():
@@ -191,7 +193,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        lr = cfg.lr * min(1.0, (self.step + 1) / cfg.warmup)
+        lr = cfg.lr * min(1.0, (self.step + 1) / cfg.warmup) * lr_scale
         for g in self.opt.param_groups:
             g["lr"] = lr
         self.opt.step()
@@ -286,7 +288,7 @@ class Trainer:
             t0 = time.time()
             batch = next(batches)
             data_s += time.time() - t0
-            window_loss.append(self.train_step(batch))
+            window_loss.append(self.train_step(batch, lr_scale(time.time() - start, budget, cfg.decay)))
             if self.step % cfg.log_every == 0:
                 now = time.time()
                 self.log(step=self.step, loss=torch.stack(window_loss).mean().item(),
@@ -300,6 +302,14 @@ class Trainer:
                 last_ckpt = time.time()
         self.log(step=self.step, **self.validate())
         self.save_checkpoint()
+
+
+def lr_scale(elapsed: float, budget: float, decay: float) -> float:
+    """Learning-rate factor at `elapsed` seconds of a run of `budget` seconds: 1 until the last `decay`
+    share of the run, then falling linearly to 0 at its end."""
+    if decay <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (budget - elapsed) / (decay * budget)))
 
 
 def si_sdr(est: torch.Tensor, ref: torch.Tensor) -> float:
