@@ -47,7 +47,7 @@ def restore(
     input: Annotated[Path, typer.Argument(help="Audio file or folder of audio files.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file, or folder for a folder input. Default: beside the input, with '.restored' (file) or '_restored' (folder) added.")] = None,
     sampler: Annotated[Sampler, typer.Option(help="pro: more steps, best quality; flash: fewer steps, faster.")] = Sampler.pro,
-    steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the sampler's own).")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the model's setting for the sampler, else the preset's).")] = None,
     guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sampler noise; the same seed gives the same output.")] = 0,
     transcript: Annotated[Optional[str], typer.Option(help="Transcript text, or a .txt file. Default: a sidecar NAME.txt if present.")] = None,

@@ -1,11 +1,15 @@
 """Model files: a folder with `config.json` (carrying a format version) and safetensors shards.
 
+`config.json` may also carry `samplers`: this model's overrides of the pro/flash presets (e.g. a model
+whose one-step estimate beats longer sampling sets {"flash": {"steps": 1}}); --steps still wins.
+
 Weights are stored under the parameter names of the PyTorch reference; every backend uses the same
 names. Loading is offline and renames nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .config import CodecConfig, ModelConfig
+from .config import CodecConfig, ModelConfig, SamplerConfig
 from .errors import InputError
 
 FORMAT_VERSION = 1
@@ -29,10 +33,12 @@ class ModelFiles:
     codec: CodecConfig
     state: dict[str, torch.Tensor]
     info: dict[str, Any] = field(default_factory=dict)  # provenance: data, steps, metrics
+    samplers: dict[str, dict[str, Any]] = field(default_factory=dict)  # this model's overrides of the presets
 
 
 def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict[str, torch.Tensor],
-         info: dict[str, Any] | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
+         info: dict[str, Any] | None = None, dtype: torch.dtype = torch.float16,
+         samplers: dict[str, dict[str, Any]] | None = None) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("model-*.safetensors"):
@@ -55,6 +61,8 @@ def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict
         paths.append(p)
     config = {"format_version": FORMAT_VERSION, "model": model.to_dict(), "codec": codec.to_dict(),
               "info": info or {}}
+    if samplers:
+        config["samplers"] = samplers
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return paths
 
@@ -75,8 +83,14 @@ def load(folder: str | Path | None = None) -> ModelFiles:
     state: dict[str, torch.Tensor] = {}
     for p in shards:
         state.update(load_file(str(p)))
+    samplers = config.get("samplers", {})
+    for name, overrides in samplers.items():
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(SamplerConfig)} | ({"name"} & set(overrides))
+        if name not in ("pro", "flash") or unknown:
+            raise InputError(f"{folder}: config.json 'samplers' has an unknown sampler or setting "
+                             f"({name!r}: {sorted(unknown)})")
     return ModelFiles(ModelConfig.from_dict(config.get("model")), CodecConfig.from_dict(config.get("codec")),
-                      state, config.get("info", {}))
+                      state, config.get("info", {}), samplers)
 
 
 def build_model(files: ModelFiles, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):

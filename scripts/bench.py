@@ -44,9 +44,8 @@ def child(cfg: dict) -> dict:
     t0 = time.perf_counter()
     import torch
 
-    from restore.config import SamplerConfig
     from restore.engines.base import resolve_plan
-    from restore.pipeline.restorer import Restorer
+    from restore.pipeline.restorer import Restorer, sampler_config
 
     torch.set_num_threads(cfg["threads"]) if cfg.get("threads") else None
     plan = replace(resolve_plan(cfg["plan"], cfg["device"], cfg.get("mlp_share"), compile=cfg.get("compile", "off")),
@@ -73,7 +72,7 @@ def child(cfg: dict) -> dict:
               "rtf_warm": warm.seconds_audio / warm.seconds_wall, "breakdown_s": spans,
               "share": getattr(restorer.engine, "share", None),
               "swept_s": {str(k): v for k, v in getattr(restorer.engine, "swept", {}).items()},
-              "sampler_steps": batches * SamplerConfig.preset(cfg["sampler"]).steps,
+              "sampler_steps": batches * sampler_config(cfg["sampler"], model_presets=restorer.files.samplers).steps,
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "threads": torch.get_num_threads()}
     result["step_ms"] = 1e3 * spans.get("sampling", 0.0) / max(result["sampler_steps"], 1)

@@ -61,3 +61,29 @@ def test_shipped_default_model_loads():
     assert files.info.get("train_steps", 0) > 0  # trained weights, with their provenance
     model = weights.build_model(files)
     assert sum(p.numel() for p in model.parameters()) == files.info["parameters"]
+
+
+def test_model_sampler_presets_apply_under_the_callers_settings(tmp_path, wav):
+    from restore.pipeline.restorer import Restorer, sampler_config
+
+    cfg, codec, model = tiny()
+    weights.save(tmp_path / "m", cfg, codec, model.state_dict(), samplers={"flash": {"steps": 1, "churn": 0.1}})
+    files = weights.load(tmp_path / "m")
+    assert files.samplers == {"flash": {"steps": 1, "churn": 0.1}}
+    flash = sampler_config("flash", model_presets=files.samplers)
+    assert (flash.steps, flash.churn, flash.w_so) == (1, 0.1, 1.5)
+    assert sampler_config("flash", steps=3, model_presets=files.samplers).steps == 3  # --steps wins
+    assert sampler_config("pro", model_presets=files.samplers).steps == 32  # other presets untouched
+
+    seen = []
+    Restorer(tmp_path / "m", plan="cpu").restore_file(wav("in.wav", 1.0), tmp_path / "out.wav", sampler="flash",
+                                                      progress=lambda p: seen.append(p.steps))
+    assert seen and set(seen) == {1}
+
+
+@pytest.mark.parametrize("samplers", [{"turbo": {"steps": 1}}, {"flash": {"stepz": 1}}, {"pro": {"name": "x"}}])
+def test_unknown_sampler_presets_are_refused(tmp_path, samplers):
+    cfg, codec, model = tiny()
+    weights.save(tmp_path, cfg, codec, model.state_dict(), samplers=samplers)
+    with pytest.raises(InputError, match="samplers"):
+        weights.load(tmp_path)

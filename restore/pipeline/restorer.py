@@ -33,11 +33,14 @@ class Progress:
     steps: int
 
 
-def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: float | None = None) -> SamplerConfig:
+def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: float | None = None,
+                   model_presets: dict | None = None) -> SamplerConfig:
+    """The preset, then the model's own overrides of it (config.json `samplers`), then the caller's."""
     try:
         cfg = SamplerConfig.preset(sampler)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    cfg = replace(cfg, **(model_presets or {}).get(sampler, {}))
     if steps is not None:
         if steps < 1:
             raise UsageError(f"--steps must be at least 1, got {steps}")
@@ -113,7 +116,7 @@ class Restorer:
         of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
         faster so); each window keeps its own seed, so batching does not change the audio. A file that
         cannot be opened, or fails, is reported and the others go on."""
-        cfg = sampler_config(sampler, steps, guidance)
+        cfg = sampler_config(sampler, steps, guidance, self.files.samplers)
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
         # Short files get a short window unless shapes must stay fixed or windows of files are batched.
