@@ -44,8 +44,9 @@ def child(cfg: dict) -> dict:
     t0 = time.perf_counter()
     import torch
 
+    from restore.config import SamplerConfig
     from restore.engines.base import resolve_plan
-    from restore.pipeline.restorer import Restorer, sampler_config
+    from restore.pipeline.restorer import Restorer
 
     torch.set_num_threads(cfg["threads"]) if cfg.get("threads") else None
     plan = replace(resolve_plan(cfg["plan"], cfg["device"], cfg.get("mlp_share"), compile=cfg.get("compile", "off")),
@@ -53,7 +54,9 @@ def child(cfg: dict) -> dict:
     restorer = Restorer(cfg["model"], plan=plan, trace=True)
     load = time.perf_counter() - t0
     out = Path(cfg["tmp"]) / f"out_{os.getpid()}.wav"
-    kw = dict(sampler=cfg["sampler"], seed=0, overwrite=True, transcript=cfg.get("transcript"))
+    # the preset's step count, not the model's own setting: the figures measure engines, comparable across models
+    steps = SamplerConfig.preset(cfg["sampler"]).steps
+    kw = dict(sampler=cfg["sampler"], steps=steps, seed=0, overwrite=True, transcript=cfg.get("transcript"))
     cold = restorer.restore_file(cfg["input"], out, **kw)
     restorer.tracer.events.clear()
     warm = restorer.restore_file(cfg["input"], out, **kw)
@@ -72,7 +75,7 @@ def child(cfg: dict) -> dict:
               "rtf_warm": warm.seconds_audio / warm.seconds_wall, "breakdown_s": spans,
               "share": getattr(restorer.engine, "share", None),
               "swept_s": {str(k): v for k, v in getattr(restorer.engine, "swept", {}).items()},
-              "sampler_steps": batches * sampler_config(cfg["sampler"], model_presets=restorer.files.samplers).steps,
+              "steps": steps, "sampler_steps": batches * steps,
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "threads": torch.get_num_threads()}
     result["step_ms"] = 1e3 * spans.get("sampling", 0.0) / max(result["sampler_steps"], 1)

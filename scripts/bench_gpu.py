@@ -30,9 +30,10 @@ import torch  # noqa: E402
 from restore import text as text_mod  # noqa: E402
 from restore import weights  # noqa: E402
 from restore.codec import build_codec  # noqa: E402
-from restore.config import CodecConfig, ModelConfig  # noqa: E402
+from restore.config import CodecConfig, ModelConfig, SamplerConfig  # noqa: E402
 from restore.model.dit import DiT  # noqa: E402
 
+PRESET_STEPS = {n: SamplerConfig.preset(n).steps for n in ("flash", "pro")}  # not the model's own setting
 LARGE = ModelConfig(width=1536, layers=28, heads=12, intermediate=8960)
 
 
@@ -118,7 +119,7 @@ def section_folder(args, out: dict) -> None:
             dst = Path(f"/tmp/bench_out_{sampler}_{batch}_{compile}")
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda",
-                                   "--sampler", sampler, "--batch", str(batch), "--compile", compile,
+                                   "--sampler", sampler, "--steps", str(PRESET_STEPS[sampler]), "--batch", str(batch), "--compile", compile,
                                    "--overwrite", "-q"],
                                   capture_output=True, text=True, cwd=ROOT)
             wall = time.perf_counter() - t0
