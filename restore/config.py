@@ -102,11 +102,15 @@ class SamplerConfig(BaseConfig):
 
     @classmethod
     def preset(cls, name: str) -> "SamplerConfig":
-        if name == "pro":
-            return cls(name="pro", steps=32, guided_until=0.5, churn=0.3)
-        if name == "flash":
-            return cls(name="flash", steps=8, guided_until=0.5, churn=0.0)
-        raise ValueError(f"unknown sampler {name!r}: choose pro or flash")
+        if name not in SAMPLER_PRESETS:
+            raise ValueError(f"unknown sampler {name!r}: choose {' or '.join(SAMPLER_PRESETS)}")
+        return cls(name=name, **SAMPLER_PRESETS[name])
+
+
+SAMPLER_PRESETS = {  # a model may override these in its config.json `samplers` (restore/weights.py)
+    "pro": dict(steps=32, guided_until=0.5, churn=0.3),
+    "flash": dict(steps=8, guided_until=0.5, churn=0.0),
+}
 
 
 @dataclass(frozen=True)

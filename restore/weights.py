@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .config import CodecConfig, ModelConfig, SamplerConfig
+from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, SamplerConfig
 from .errors import InputError
 
 FORMAT_VERSION = 1
@@ -84,11 +84,12 @@ def load(folder: str | Path | None = None) -> ModelFiles:
     for p in shards:
         state.update(load_file(str(p)))
     samplers = config.get("samplers", {})
+    settings = {f.name for f in dataclasses.fields(SamplerConfig)} - {"name"}
     for name, overrides in samplers.items():
-        unknown = set(overrides) - {f.name for f in dataclasses.fields(SamplerConfig)} | ({"name"} & set(overrides))
-        if name not in ("pro", "flash") or unknown:
+        unknown = sorted(set(overrides) - settings)
+        if name not in SAMPLER_PRESETS or unknown:
             raise InputError(f"{folder}: config.json 'samplers' has an unknown sampler or setting "
-                             f"({name!r}: {sorted(unknown)})")
+                             f"({name!r}: {unknown})")
     return ModelFiles(ModelConfig.from_dict(config.get("model")), CodecConfig.from_dict(config.get("codec")),
                       state, config.get("info", {}), samplers)
 

@@ -30,10 +30,10 @@ import torch  # noqa: E402
 from restore import text as text_mod  # noqa: E402
 from restore import weights  # noqa: E402
 from restore.codec import build_codec  # noqa: E402
-from restore.config import CodecConfig, ModelConfig, SamplerConfig  # noqa: E402
+from restore.config import SAMPLER_PRESETS, CodecConfig, ModelConfig  # noqa: E402
 from restore.model.dit import DiT  # noqa: E402
 
-PRESET_STEPS = {n: SamplerConfig.preset(n).steps for n in ("flash", "pro")}  # not the model's own setting
+PRESET_STEPS = {n: p["steps"] for n, p in SAMPLER_PRESETS.items()}  # not the model's own setting
 LARGE = ModelConfig(width=1536, layers=28, heads=12, intermediate=8960)
 
 
