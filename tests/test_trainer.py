@@ -112,3 +112,14 @@ def test_a_zero_learning_rate_step_leaves_the_weights_unchanged(data_dir, tmp_pa
     assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
     tr.train_step(tr.batch(), lr_scale=1.0)
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
+
+
+def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(data_dir, tmp_path):
+    tr = trainer(data_dir, tmp_path / "run")
+    t = tr.draw_t(4000)
+    assert (t == 1).sum() == 0 and t.min() >= 0 and t.max() < 1  # default: plain uniform
+    tr.cfg = TrainConfig.from_dict({**tr.cfg.to_dict(), "t_one": 0.3})
+    t = tr.draw_t(4000)
+    assert abs((t == 1).float().mean().item() - 0.3) < 0.03
+    rest = t[t < 1]
+    assert abs(rest.mean().item() - 0.5) < 0.03  # the others still uniform

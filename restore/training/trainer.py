@@ -45,6 +45,7 @@ class TrainConfig(BaseConfig):
     t_mean: float = 0.0         # that starts from pure noise must read its conditions; the first model,
                                 # trained with it, predicted clean latents at t = 1 worse than the input.
     t_std: float = 1.0
+    t_one: float = 0.0          # share of each batch drawn at t = 1 exactly: the one-step sampler's only point
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -170,17 +171,24 @@ class Trainer:
         frame_mask = torch.arange(self.window // self.codec.hop, device=self.device)[None] < frames[:, None]
         return clean, degraded, use_cond.to(self.device), ids, mask, frame_mask
 
+    def draw_t(self, b: int) -> torch.Tensor:
+        cfg = self.cfg
+        if cfg.t_dist == "uniform":
+            t = torch.rand(b, device=self.device, generator=self.dgen)
+        else:
+            t = torch.sigmoid(cfg.t_mean + cfg.t_std * torch.randn(b, device=self.device, generator=self.dgen))
+        if cfg.t_one > 0:
+            at_one = torch.rand(b, device=self.device, generator=self.dgen) < cfg.t_one
+            t = torch.where(at_one, torch.ones_like(t), t)
+        return t
+
     def train_step(self, batch, lr_scale: float = 1.0) -> float:
         cfg = self.cfg
         clean, degraded, use_cond, ids, mask, frame_mask = batch
         with torch.no_grad():
             x0 = self.codec.encode(clean)
             obs = self.codec.encode(degraded)
-        b = x0.shape[0]
-        if cfg.t_dist == "uniform":
-            t = torch.rand(b, device=self.device, generator=self.dgen)
-        else:
-            t = torch.sigmoid(cfg.t_mean + cfg.t_std * torch.randn(b, device=self.device, generator=self.dgen))
+        t = self.draw_t(x0.shape[0])
         eps = torch.randn(x0.shape, device=self.device, generator=self.dgen)
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
         target = eps - x0
