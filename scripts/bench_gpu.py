@@ -6,7 +6,8 @@
    width 1536, intermediate 8960, random weights) at several row counts (3 rows = one window's guided
    step; 3 x W = W windows batched), eager vs torch.compile (and CUDA graphs), measured side by side.
 2. Folder throughput of the real pipeline (`restore folder/ -o out/ --plan cuda`): a folder of
-   3-minute recordings, flash and pro, batched windows; realtime factor = audio s / wall s.
+   3-minute recordings, flash and pro, batched windows, eager and CUDA graphs, and `pro` with its
+   noise drawn inline (the baseline for drawing it ahead on threads); realtime factor = audio s / wall s.
 3. `split` next to `cuda` on one 3-minute recording (scripts/bench.py), with the swept MLP share.
 FLOPs are counted from the configuration (linear layers 2 x in x out per token, attention 4 T^2 C per
 layer and row, text-free rows without cross-attention), against the measured bf16 peak (--peak).
@@ -102,7 +103,16 @@ def section_loop(args, out: dict) -> None:
         torch.cuda.empty_cache()
 
 
+# (sampler, windows per batch, compile, noise threads; None: the plan's default, 0: drawn inline, the baseline)
+FOLDER_RUNS = [("flash", 16, "off", None), ("flash", 64, "off", None), ("flash", 16, "cuda-graphs", None),
+               ("pro", 16, "off", 0), ("pro", 16, "off", None), ("pro", 64, "off", None), ("pro", 16, "cuda-graphs", None)]
+FOLDER_RUNS_QUICK = [("pro", 16, "off", 0), ("pro", 16, "off", None), ("flash", 16, "off", None),
+                     ("pro", 16, "cuda-graphs", None)]
+
+
 def section_folder(args, out: dict) -> None:
+    import os
+
     import numpy as np
     import soundfile as sf
 
@@ -114,24 +124,30 @@ def section_folder(args, out: dict) -> None:
     for i in range(n):
         sf.write(folder / f"rec{i:03d}.wav", np.roll(rec, i * 997), sr)
     out["folder"] = []
-    for sampler in ("flash", "pro"):
-        for batch, compile in ((16, "off"), (64, "off"), (16, "cuda-graphs")):
-            dst = Path(f"/tmp/bench_out_{sampler}_{batch}_{compile}")
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda",
-                                   "--sampler", sampler, "--steps", str(PRESET_STEPS[sampler]), "--batch", str(batch), "--compile", compile,
-                                   "--overwrite", "-q"],
-                                  capture_output=True, text=True, cwd=ROOT)
-            wall = time.perf_counter() - t0
-            report = json.loads((dst / "restore-report.json").read_text()) if (dst / "restore-report.json").exists() else {}
-            summary = report.get("summary", {})
-            r = {"sampler": sampler, "batch": batch, "compile": compile, "files": n, "audio_s": 180 * n, "process_wall_s": wall,
-                 "restore_wall_s": summary.get("seconds_wall"), "rc": proc.returncode,
-                 "rtf_restore": 180 * n / summary["seconds_wall"] if summary.get("seconds_wall") else None,
-                 "rtf_process": 180 * n / wall, "gpu_peak_mb": summary.get("gpu_peak_mb"),
-                 "stderr": proc.stderr[-500:]}
-            out["folder"].append(r)
-            print(json.dumps(r), flush=True)
+    for sampler, batch, compile, noise_threads in FOLDER_RUNS_QUICK if args.quick else FOLDER_RUNS:
+        tag = f"{sampler}_{batch}_{compile}_{'inline' if noise_threads == 0 else 'threads'}"
+        dst = Path(f"/tmp/bench_out_{tag}")
+        cmd = [sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda", "--sampler", sampler,
+               "--steps", str(PRESET_STEPS[sampler]), "--batch", str(batch), "--compile", compile, "--overwrite", "-q"]
+        if args.trace and noise_threads is None and compile == "off" and batch == 16:
+            cmd += ["--trace", str(Path(args.out) / f"trace_{tag}.json")]
+        env = dict(os.environ)
+        if noise_threads is not None:
+            env["RESTORE_NOISE_THREADS"] = str(noise_threads)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+        wall = time.perf_counter() - t0
+        report = json.loads((dst / "restore-report.json").read_text()) if (dst / "restore-report.json").exists() else {}
+        summary = report.get("summary", {})
+        r = {"sampler": sampler, "batch": batch, "compile": compile,
+             "noise": "inline" if noise_threads == 0 else "threads", "files": n, "audio_s": 180 * n,
+             "process_wall_s": wall, "restore_wall_s": summary.get("seconds_wall"), "rc": proc.returncode,
+             "rtf_restore": 180 * n / summary["seconds_wall"] if summary.get("seconds_wall") else None,
+             "rtf_process": 180 * n / wall, "gpu_peak_mb": summary.get("gpu_peak_mb"),
+             "stderr": proc.stderr[-500:]}
+        out["folder"].append(r)
+        print(json.dumps(r), flush=True)
+        save(args, out)  # a call that runs out of time keeps the runs done so far
 
 
 def section_split(args, out: dict) -> None:
@@ -151,11 +167,11 @@ def markdown(out: dict) -> str:
              f"{out['peak_tflops']:.0f} TFLOP/s (bf16, measured).", ""]
     if out.get("folder"):
         lines += ["## Folder restoration (`restore folder/ -o out/ --plan cuda`)", "",
-                  "| sampler | windows per batch | compile | files | audio s | restore wall s | RTF (restore) | RTF (with process start) | GPU peak MB |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| sampler | windows per batch | compile | noise | files | audio s | restore wall s | RTF (restore) | RTF (with process start) | GPU peak MB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in out["folder"]:
             rtf = f"{r['rtf_restore']:.0f}x" if r.get("rtf_restore") else f"failed (rc {r['rc']})"
-            lines.append(f"| {r['sampler']} | {r['batch']} | {r.get('compile', 'off')} | {r['files']} | {r['audio_s']} | {r['restore_wall_s']} "
+            lines.append(f"| {r['sampler']} | {r['batch']} | {r.get('compile', 'off')} | {r.get('noise', 'inline')} | {r['files']} | {r['audio_s']} | {r['restore_wall_s']} "
                          f"| {rtf} | {r['rtf_process']:.0f}x | {r.get('gpu_peak_mb') or 'not recorded'} |")
         lines.append("")
     if out.get("loop"):
@@ -184,6 +200,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--sections", default="loop,folder,split")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="also write a trace of the folder runs at 16 windows, eager")
     ap.add_argument("--render", help="write results.md next to this gpu_bench.json and stop")
     args = ap.parse_args()
     if args.render:
@@ -199,8 +216,12 @@ def main() -> None:
         except Exception:
             out[name + "_error"] = traceback.format_exc()[-2000:]
             print(out[name + "_error"], flush=True)
-        (Path(args.out) / "gpu_bench.json").write_text(json.dumps(out, indent=2))
-        (Path(args.out) / "results.md").write_text(markdown(out))
+        save(args, out)
+
+
+def save(args, out: dict) -> None:
+    (Path(args.out) / "gpu_bench.json").write_text(json.dumps(out, indent=2))
+    (Path(args.out) / "results.md").write_text(markdown(out))
 
 
 if __name__ == "__main__":

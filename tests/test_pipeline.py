@@ -8,6 +8,7 @@ import torch
 from tests.conftest import speechlike
 from restore import audio, weights
 from restore.config import WindowConfig
+from restore.engines.base import replace, resolve_plan
 from restore.errors import UsageError
 from restore.pipeline.restorer import Restorer
 
@@ -106,6 +107,11 @@ def test_seed_gives_the_same_output(restorer, live_model, tmp_path):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, c)  # a fresh Restorer too
     assert not np.allclose(a, d, atol=1e-4)
+    # noise drawn a step ahead on threads (as the cuda plan does) is the same noise
+    plan = replace(resolve_plan("cpu"), noise_threads=2)
+    with Restorer(live_model, plan=plan, window=WindowConfig(seconds=3.0, overlap=0.5)) as threaded:
+        threaded.restore_file(src, tmp_path / "e.wav", seed=7, **opts)
+    np.testing.assert_array_equal(a, restored(tmp_path / "e.wav")[0])
 
 
 def test_channels_auto_identical_restores_once(restorer, tmp_path):

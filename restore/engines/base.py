@@ -14,6 +14,7 @@ seed, within the tolerance of its arithmetic (tests/test_engines.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 from dataclasses import dataclass, replace
 
@@ -34,6 +35,7 @@ class Plan:
     compile: str | None = None      # torch.compile mode for the main engine's forward ("reduce-overhead": CUDA graphs)
     engine: str = "torch"           # main engine: "torch" or "mlx"
     worker_backend: str = "torch"   # the worker's chunks: "torch" (CPU) or "coreml" (Neural Engine, macOS)
+    noise_threads: int = 0          # threads drawing the sampler's noise a step ahead (0: inline; restore/pipeline/noise.py)
 
     @property
     def static_shapes(self) -> bool:
@@ -89,6 +91,17 @@ def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | No
     return replace(plan, compile=COMPILE_MODES[compile])
 
 
+def gpu_noise_threads() -> int:
+    """CPU threads for drawing noise while a GPU samples: most of the cores, which the GPU leaves idle,
+    or RESTORE_NOISE_THREADS (0 draws inline). The cpu plan draws inline: its cores run the model."""
+    given = os.environ.get("RESTORE_NOISE_THREADS")
+    if given is not None:
+        if not given.isdigit():
+            raise ValueError(f"RESTORE_NOISE_THREADS must be a whole number of threads, got {given!r}")
+        return int(given)
+    return max(1, min(8, (os.cpu_count() or 2) - 2))
+
+
 def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None) -> Plan:
     if name not in PLANS:
         raise ValueError(f"unknown plan {name!r}; choose one of {', '.join(PLANS)}")
@@ -106,7 +119,7 @@ def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: st
     if name == "cuda":
         if not device.startswith("cuda"):
             raise ValueError("plan 'cuda' needs a CUDA device (--device cuda)")
-        return Plan("cuda", device, torch.bfloat16)
+        return Plan("cuda", device, torch.bfloat16, noise_threads=gpu_noise_threads())
     if name == "split":
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         return Plan("split", device, dtype, worker=True, split=True, mlp_share=mlp_share)

@@ -11,6 +11,17 @@ from ..config import SamplerConfig
 from ..sampling import combine, guided_steps, step, timesteps
 
 
+def fresh_noise_steps(cfg: SamplerConfig) -> list[bool]:
+    """Which steps draw fresh noise: the stochastic ones (churn > 0) that do not end at t = 0."""
+    ts = timesteps(cfg.steps, cfg.shift).tolist()
+    return [cfg.churn > 0 and ts[i + 1] > 0 for i in range(cfg.steps)]
+
+
+def noise_draws(cfg: SamplerConfig) -> int:
+    """How many tensors of noise one sampler loop draws: the start at t = 1 and one per fresh-noise step."""
+    return 1 + sum(fresh_noise_steps(cfg))
+
+
 def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
                      generator: torch.Generator | Callable[[], torch.Tensor],
                      device: torch.device | str = "cpu", skip=None) -> Iterator[tuple[int, torch.Tensor]]:
@@ -21,6 +32,7 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
     of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
     ts = timesteps(cfg.steps, cfg.shift).tolist()
     guided = guided_steps(cfg.steps, cfg.guided_until)
+    fresh_steps = fresh_noise_steps(cfg)
     x = noise.float().to(device)
     for i in range(cfg.steps):
         vs = engine.velocities(x, ts[i], guided[i])
@@ -28,7 +40,7 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
             vs = skip(tuple(v.to(device) for v in vs), x, ts[i])
         v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
         fresh = None
-        if cfg.churn > 0 and ts[i + 1] > 0:
+        if fresh_steps[i]:
             fresh = (generator() if callable(generator) else torch.randn(x.shape, generator=generator)).to(device)
         x = step(x, v.to(device), ts[i], ts[i + 1], cfg.churn, fresh)
         yield i, x

@@ -4,6 +4,7 @@ and windows of several files batched into one loop when asked (`batch_rows`)."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from queue import Queue
@@ -19,7 +20,8 @@ from ..engines.base import Plan, build_engine, resolve_plan
 from ..engines.trace import Tracer
 from ..errors import InputError, RestoreError, UsageError
 from .job import CHANNEL_MODES, LEVEL_RMS, FileJob, FileReport, Window, find_transcript  # noqa: F401
-from .loop import generate_latents
+from .loop import generate_latents, noise_draws
+from .noise import WindowNoise
 from .windows import Geometry
 
 
@@ -86,10 +88,14 @@ class Restorer:
         self.engine = build_engine(self.plan, self.model, self.codec, model_dir=self.model_dir,
                                    frames=self.codec.frames(self.geometry.length), samples=self.geometry.length,
                                    tracer=self.tracer)
+        self.noise_pool = (ThreadPoolExecutor(self.plan.noise_threads, thread_name_prefix="restore-noise")
+                           if self.plan.noise_threads > 0 else None)
 
     def close(self) -> None:
-        """Stop the engine's worker process, if the plan has one."""
+        """Stop the engine's worker process, if the plan has one, and the noise threads."""
         self.engine.close()
+        if self.noise_pool is not None:
+            self.noise_pool.shutdown(wait=True)
 
     def __enter__(self) -> "Restorer":
         return self
@@ -208,9 +214,8 @@ class Restorer:
         its own generator, seeded by (seed, window index): the audio does not depend on batching."""
         wave = torch.cat([w.wave for w in batch])
         self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts])
-        gens = [torch.Generator().manual_seed(w.job.seed * 1_000_003 + w.index) for w in batch]
-        shape = lambda w: (w.wave.shape[0], *obs.shape[1:])
-        noise = lambda: torch.cat([torch.randn(shape(w), generator=g) for w, g in zip(batch, gens)])
+        noise = WindowNoise([w.job.seed * 1_000_003 + w.index for w in batch], [w.wave.shape[0] for w in batch],
+                            obs.shape[1:], noise_draws(cfg), self.plan.device, self.noise_pool)
         first = batch[0]
         latents = None
         skip = self.skip.bind(obs) if self.skip is not None else None
