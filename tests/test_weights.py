@@ -5,7 +5,7 @@ import torch
 
 from restore import weights
 from restore.config import CodecConfig, ModelConfig
-from restore.errors import InputError
+from restore.errors import InputError, UsageError
 from restore.model.dit import DiT
 from tests.conftest import TINY_MODEL
 
@@ -74,6 +74,10 @@ def test_model_sampler_presets_apply_under_the_callers_settings(tmp_path, wav):
     assert (flash.steps, flash.churn, flash.w_so) == (1, 0.1, 1.5)
     assert sampler_config("flash", steps=3, model_presets=files.samplers).steps == 3  # --steps wins
     assert sampler_config("pro", model_presets=files.samplers).steps == 32  # other presets untouched
+    # a guidance weight that no step would use is refused, not silently ignored
+    with pytest.raises(UsageError, match="no effect"):
+        sampler_config("flash", guidance=2.0, model_presets=files.samplers)
+    assert sampler_config("flash", steps=2, guidance=2.0, model_presets=files.samplers).w_t == 2.0
 
     seen = []
     Restorer(tmp_path / "m", plan="cpu").restore_file(wav("in.wav", 1.0), tmp_path / "out.wav", sampler="flash",

@@ -18,6 +18,7 @@ from ..codec import build_codec
 from ..config import SamplerConfig, WindowConfig
 from ..engines.base import Plan, build_engine, resolve_plan
 from ..engines.trace import Tracer
+from ..sampling import guided_steps
 from ..errors import InputError, RestoreError, UsageError
 from .job import CHANNEL_MODES, LEVEL_RMS, FileJob, FileReport, Window, find_transcript  # noqa: F401
 from .loop import generate_latents, noise_draws
@@ -51,6 +52,10 @@ def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: flo
         if guidance < 0:
             raise UsageError(f"--guidance must be 0 or more, got {guidance}")
         cfg = replace(cfg, w_so=guidance, w_t=guidance)
+        if not any(guided_steps(cfg.steps, cfg.guided_until)):
+            raise UsageError(f"--guidance has no effect here: none of the {cfg.steps} step(s) of '{sampler}' "
+                             f"runs the guidance branches (the first {cfg.guided_until:g} of the steps do, "
+                             f"rounded); use --steps 2 or more")
     return cfg
 
 
