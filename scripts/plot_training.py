@@ -1,6 +1,8 @@
 """Loss curve and validation metrics of a training log (log.jsonl from scripts/train.py).
 
     python scripts/plot_training.py runs/r1/log.jsonl assets/model/training.png
+
+A log may join several runs, each continuing the last: its "start" events after step 0 are marked.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def main(log: str, out: str) -> None:
         axes[2].axhline(val[-1]["input_si_sdr"], color="gray", ls="--", label="degraded input")
     axes[2].set(xlabel="step", ylabel="SI-SDR (dB)", title="validation SI-SDR")
     axes[2].legend()
+    for r in rows:  # where a later run continued an earlier one (logs joined with steps offset)
+        if r.get("event") == "start" and r["step"] > 0:
+            for ax in axes[:3]:
+                if ax.axison:
+                    ax.axvline(r["step"], color="k", lw=0.6, ls=":")
+            axes[0].annotate(f" {r.get('run', 'new run')}", (r["step"], axes[0].get_ylim()[1]), va="top", fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     print(f"wrote {out}")
