@@ -46,6 +46,9 @@ class TrainConfig(BaseConfig):
                                 # trained with it, predicted clean latents at t = 1 worse than the input.
     t_std: float = 1.0
     t_one: float = 0.0          # share of each batch drawn at t = 1 exactly: the one-step sampler's only point
+    mag_weight: float = 0.0     # weight of a loss on the per-bin magnitudes of the clean estimate x_t - t v:
+                                # where the phase is uncertain, the latent MSE's optimum is a complex mean
+                                # whose magnitudes shrink (dull output); this term penalises the shrinkage
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -197,6 +200,9 @@ class Trainer:
         if self.model.skip is not None:
             v = self.model.skip.velocity(v, xt, t, obs, use_cond)
         err = (v.float() - target).square().mean(-1)  # (B, T)
+        if cfg.mag_weight > 0:  # the magnitudes of the implied clean estimate, whatever its phase
+            x0_hat = xt - t[:, None, None] * v.float()
+            err = err + cfg.mag_weight * (magnitudes(x0_hat) - magnitudes(x0)).square().mean(-1)
         loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -234,7 +240,8 @@ class Trainer:
             # How well the conditions alone predict the clean latents (t = 1), against the degraded
             # input's own latents as the estimate: the crux of restoration from pure noise.
             v1 = vel(eps, 1.0)
-            x0_err = ((eps - v1 - x0).square().mean() / x0.square().mean()).item()
+            one = eps - v1  # the one-step estimate, what a one-step sampler outputs
+            x0_err = ((one - x0).square().mean() / x0.square().mean()).item()
             obs_err = ((obs - x0).square().mean() / x0.square().mean()).item()
             losses = []
             for tv in (0.2, 0.5, 0.8):
@@ -244,9 +251,11 @@ class Trainer:
             ts = timesteps(steps, 1.0).tolist()
             for i in range(steps):
                 x = rf_step(x, vel(x, ts[i]), ts[i], ts[i + 1])
-        out = self.codec.decode(x)
+        out, out1 = self.codec.decode(x), self.codec.decode(one)
+        rate = self.codec.config.sample_rate
         return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
-                "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean)}
+                "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean),
+                "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate)}
 
     def batches(self, depth: int = 3):
         """Batches built ahead in a background thread on its own CUDA stream, so that assembling
@@ -331,9 +340,26 @@ def si_sdr(est: torch.Tensor, ref: torch.Tensor) -> float:
 
 def lsd(est: torch.Tensor, ref: torch.Tensor, n_fft: int = 512) -> float:
     """Mean log-spectral distance (dB) over frames with reference energy."""
-    win = torch.hann_window(n_fft, device=est.device)
-    s = lambda x: torch.stft(x.float(), n_fft, n_fft // 4, window=win, return_complex=True).abs().square()
-    pe, pr = s(est), s(ref)
+    pe, pr = power_spectrogram(est, n_fft), power_spectrogram(ref, n_fft)
     d = (10 * torch.log10(pe + 1e-10) - 10 * torch.log10(pr + 1e-10)).square().mean(1).sqrt()  # (B, frames)
     active = pr.sum(1) > 1e-6 * pr.sum(1).amax(-1, keepdim=True)
     return (d * active).sum().item() / active.sum().clamp_min(1).item()
+
+
+def magnitudes(latents: torch.Tensor) -> torch.Tensor:
+    """(B, T, 2F) codec latents, real parts then imaginary parts -> (B, T, F) per-bin magnitudes."""
+    re, im = latents.float().chunk(2, dim=-1)
+    return (re.square() + im.square() + 1e-8).sqrt()
+
+
+def band_level(est: torch.Tensor, ref: torch.Tensor, rate: int, low_hz: float = 3000.0, n_fft: int = 512) -> float:
+    """Energy above `low_hz` of est relative to ref, in dB (negative: est is duller than ref)."""
+    band = torch.fft.rfftfreq(n_fft, 1 / rate).to(est.device) >= low_hz
+    pe, pr = power_spectrogram(est, n_fft)[:, band], power_spectrogram(ref, n_fft)[:, band]
+    return (10 * torch.log10(pe.sum() / pr.sum().clamp_min(1e-12))).item()
+
+
+def power_spectrogram(x: torch.Tensor, n_fft: int = 512) -> torch.Tensor:
+    """(B, N) -> (B, n_fft // 2 + 1, frames): |STFT|^2, Hann window, hop n_fft / 4."""
+    win = torch.hann_window(n_fft, device=x.device)
+    return torch.stft(x.float(), n_fft, n_fft // 4, window=win, return_complex=True).abs().square()
