@@ -125,11 +125,9 @@ def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(data_dir, tmp_path):
     assert abs(rest.mean().item() - 0.5) < 0.03  # the others still uniform
 
 
-def test_magnitudes_and_band_level():
-    from restore.training.trainer import band_level, magnitudes
+def test_band_level_measures_a_dull_band():
+    from restore.training.trainer import band_level
 
-    lat = torch.tensor([[[3.0, 0.0, 4.0, 1.0]]])  # bins: (3 + 4i), (0 + 1i)
-    assert torch.allclose(magnitudes(lat), torch.tensor([[[5.0, 1.0]]]), atol=1e-4)
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(2, 16000, generator=g)
     spec = torch.fft.rfft(ref)
@@ -139,12 +137,9 @@ def test_magnitudes_and_band_level():
     assert band_level(dull, ref, 16000) == pytest.approx(-20.0, abs=1.5)  # less the window's leakage at the edge
 
 
-def test_mag_weight_adds_a_magnitude_term_to_the_loss(data_dir, tmp_path):
-    losses = {}
-    for w in (0.0, 1.0):
-        tr = trainer(data_dir, tmp_path / f"run{w}", seed=3)
-        tr.cfg = TrainConfig.from_dict({**tr.cfg.to_dict(), "mag_weight": w})
-        losses[w] = tr.train_step(tr.batch()).item()
-    assert losses[1.0] > losses[0.0]  # same seed, same batch: only the added term differs
+def test_validation_scores_the_one_step_estimate(data_dir, tmp_path):
+    tr = trainer(data_dir, tmp_path / "run")
+    tr.train_step(tr.batch())
     val = tr.validate(steps=2)
-    assert {"val_lsd_1step", "val_high_db_1step"} <= set(val) and np.isfinite(val["val_lsd_1step"])
+    assert {"val_lsd_1step", "val_high_db_1step"} <= set(val)
+    assert np.isfinite(val["val_lsd_1step"]) and np.isfinite(val["val_high_db_1step"])

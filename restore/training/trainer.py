@@ -46,9 +46,6 @@ class TrainConfig(BaseConfig):
                                 # trained with it, predicted clean latents at t = 1 worse than the input.
     t_std: float = 1.0
     t_one: float = 0.0          # share of each batch drawn at t = 1 exactly: the one-step sampler's only point
-    mag_weight: float = 0.0     # weight of a loss on the per-bin magnitudes of the clean estimate x_t - t v:
-                                # where the phase is uncertain, the latent MSE's optimum is a complex mean
-                                # whose magnitudes shrink (dull output); this term penalises the shrinkage
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -200,9 +197,6 @@ class Trainer:
         if self.model.skip is not None:
             v = self.model.skip.velocity(v, xt, t, obs, use_cond)
         err = (v.float() - target).square().mean(-1)  # (B, T)
-        if cfg.mag_weight > 0:  # the magnitudes of the implied clean estimate, whatever its phase
-            x0_hat = xt - t[:, None, None] * v.float()
-            err = err + cfg.mag_weight * (magnitudes(x0_hat) - magnitudes(x0)).square().mean(-1)
         loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -344,12 +338,6 @@ def lsd(est: torch.Tensor, ref: torch.Tensor, n_fft: int = 512) -> float:
     d = (10 * torch.log10(pe + 1e-10) - 10 * torch.log10(pr + 1e-10)).square().mean(1).sqrt()  # (B, frames)
     active = pr.sum(1) > 1e-6 * pr.sum(1).amax(-1, keepdim=True)
     return (d * active).sum().item() / active.sum().clamp_min(1).item()
-
-
-def magnitudes(latents: torch.Tensor) -> torch.Tensor:
-    """(B, T, 2F) codec latents, real parts then imaginary parts -> (B, T, F) per-bin magnitudes."""
-    re, im = latents.float().chunk(2, dim=-1)
-    return (re.square() + im.square() + 1e-8).sqrt()
 
 
 def band_level(est: torch.Tensor, ref: torch.Tensor, rate: int, low_hz: float = 3000.0, n_fft: int = 512) -> float:
