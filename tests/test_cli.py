@@ -77,6 +77,16 @@ def test_single_file(cli, tmp_path):
     assert tree(tmp_path) == ["in.wav", "out/restored.flac"]
 
 
+def test_strength_reaches_the_sampler_and_the_report(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 1.0)
+    result = cli(src, "-o", tmp_path / "out.wav", "--strength", "0.5", "--report", tmp_path / "r.json")
+    assert result.exit_code == 0, result.output
+    rep = json.loads((tmp_path / "r.json").read_text())["files"][0]
+    assert rep["sampler"]["strength"] == 0.5
+    bad = cli(src, "-o", tmp_path / "out2.wav", "--strength", "-1")
+    assert bad.exit_code != 0 and "between 0 and 2" in bad.output and not (tmp_path / "out2.wav").exists()
+
+
 def test_single_file_default_output_and_report(cli, tmp_path):
     src = put(tmp_path / "talk.wav")
     (tmp_path / "talk.txt").write_text("hello there")

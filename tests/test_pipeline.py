@@ -271,3 +271,35 @@ def test_short_files_get_a_short_window_unless_shapes_are_fixed(restorer, tmp_pa
     list(restorer.restore_files([(src, tmp_path / "o2.wav")], batch_rows=2, sampler="flash", steps=1))
     assert seen == [restorer.geometry.length]
     assert sf.info(str(tmp_path / "o.wav")).frames == sf.info(str(src)).frames
+
+
+def test_strength_scales_the_networks_part_of_each_velocity(restorer, live_model, tmp_path):
+    """strength s gives what a model whose output layer is scaled by s gives (the raw output is the
+    network's part of the velocity, over the observation skip's linear estimate)."""
+    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000), 16000, subtype="FLOAT")
+    opts = {"sampler": "pro", "steps": 3, "seed": 2}  # guided and stochastic steps both covered
+    files = weights.load(live_model)
+    state = {k: v * 0.5 if k.startswith("out.") else v for k, v in files.state.items()}
+    weights.save(tmp_path / "half", files.model, files.codec, state, dtype=torch.float32)
+    restorer.restore_file(src, tmp_path / "a.wav", strength=0.5, **opts)
+    Restorer(tmp_path / "half", window=WindowConfig(seconds=3.0, overlap=0.5)).restore_file(
+        src, tmp_path / "b.wav", **opts)
+    restorer.restore_file(src, tmp_path / "c.wav", **opts)
+    a, b, c = (restored(tmp_path / f"{n}.wav")[0] for n in "abc")
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    assert not np.allclose(a, c, atol=1e-3)  # and it does change the output
+    with pytest.raises(UsageError, match="between 0 and 2"):
+        restorer.restore_file(src, tmp_path / "d.wav", strength=3.0, **opts)
+
+
+def test_strength_needs_the_observation_skip(tmp_path):
+    from restore.config import CodecConfig, ModelConfig
+    from restore.model.dit import DiT
+    from tests.conftest import TINY_MODEL
+
+    cfg = ModelConfig.from_dict({**TINY_MODEL, "precondition": "none"})
+    weights.save(tmp_path / "m", cfg, CodecConfig(scale=3.0), DiT(cfg, CodecConfig(scale=3.0)).state_dict(),
+                 dtype=torch.float32)
+    src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
+    with pytest.raises(UsageError, match="observation skip"):
+        Restorer(tmp_path / "m").restore_file(src, tmp_path / "out.wav", strength=0.5, **FAST)

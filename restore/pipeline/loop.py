@@ -30,6 +30,8 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
 
     Fresh noise for stochastic steps comes from the CPU (a generator, or a function drawing one tensor
     of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
+    if cfg.strength != 1.0 and skip is None:
+        raise ValueError("a strength other than 1 needs a model with the observation skip")
     ts = timesteps(cfg.steps, cfg.shift).tolist()
     guided = guided_steps(cfg.steps, cfg.guided_until)
     fresh_steps = fresh_noise_steps(cfg)
@@ -37,7 +39,10 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
     for i in range(cfg.steps):
         vs = engine.velocities(x, ts[i], guided[i])
         if skip is not None:
-            vs = skip(tuple(v.to(device) for v in vs), x, ts[i])
+            raw = tuple(v.to(device) for v in vs)
+            if cfg.strength != 1.0:  # the raw outputs are the network's part of each velocity
+                raw = tuple(r * cfg.strength for r in raw)
+            vs = skip(raw, x, ts[i])
         v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
         fresh = None
         if fresh_steps[i]:

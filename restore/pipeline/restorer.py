@@ -37,7 +37,7 @@ class Progress:
 
 
 def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: float | None = None,
-                   model_presets: dict | None = None) -> SamplerConfig:
+                   model_presets: dict | None = None, strength: float | None = None) -> SamplerConfig:
     """The preset, then the model's own overrides of it (config.json `samplers`), then the caller's."""
     try:
         cfg = SamplerConfig.preset(sampler)
@@ -56,6 +56,10 @@ def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: flo
             raise UsageError(f"--guidance has no effect here: none of the {cfg.steps} step(s) of '{sampler}' "
                              f"runs the guidance branches (the first {cfg.guided_until:g} of the steps do, "
                              f"rounded); use --steps 2 or more")
+    if strength is not None:
+        if not 0.0 <= strength <= 2.0:
+            raise UsageError(f"--strength must be between 0 and 2, got {strength}")
+        cfg = replace(cfg, strength=strength)
     return cfg
 
 
@@ -112,7 +116,7 @@ class Restorer:
                      **options) -> FileReport:
         """Restore `input` into `output` (format from its extension, at the input's rate unless
         `sample_rate` is given); the output appears only when complete. Options: sampler, steps,
-        guidance, seed, transcript, channels, sample_rate, overwrite."""
+        guidance, strength, seed, transcript, channels, sample_rate, overwrite."""
         for _, _, result in self.restore_files([(input, output)], progress=progress, **options):
             if isinstance(result, RestoreError):
                 raise result
@@ -120,14 +124,17 @@ class Restorer:
         raise AssertionError("unreachable: one file in, one result out")
 
     def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], *, sampler: str = "pro",
-                      steps: int | None = None, guidance: float | None = None, batch_rows: int = 1,
+                      steps: int | None = None, guidance: float | None = None, strength: float | None = None,
+                      batch_rows: int = 1,
                       progress: Callable[[Progress], None] | None = None, **options
                       ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
         """Restore many files, yielding (input, output, report or error) as each one finishes. Windows
         of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
         faster so); each window keeps its own seed, so batching does not change the audio. A file that
         cannot be opened, or fails, is reported and the others go on."""
-        cfg = sampler_config(sampler, steps, guidance, self.files.samplers)
+        cfg = sampler_config(sampler, steps, guidance, self.files.samplers, strength)
+        if cfg.strength != 1.0 and self.skip is None:
+            raise UsageError("--strength needs a model with the observation skip (precondition obs_skip)")
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
         # Short files get a short window unless shapes must stay fixed or windows of files are batched.
