@@ -32,10 +32,14 @@ class WindowNoise:
         self.pending: tuple[torch.Tensor, list[Future]] | None = None
 
     def _start(self) -> tuple[torch.Tensor, list[Future]]:
+        """Begin the next draw: each window's rows filled from its generator, on the pool if there is one."""
         buf = torch.empty((sum(self.rows), *self.shape), pin_memory=self.pin)
         futures, r = [], 0
         for g, n in zip(self.gens, self.rows):
-            futures.append(self.pool.submit(_fill, buf[r : r + n], g))
+            if self.pool is None:
+                _fill(buf[r : r + n], g)
+            else:
+                futures.append(self.pool.submit(_fill, buf[r : r + n], g))
             r += n
         return buf, futures
 
@@ -43,18 +47,15 @@ class WindowNoise:
         if self.left <= 0:
             raise RuntimeError("more noise drawn than announced")
         self.left -= 1
-        if self.pool is None:
-            parts = [torch.randn((n, *self.shape), generator=g) for g, n in zip(self.gens, self.rows)]
-            return torch.cat(parts).to(self.device)
         buf, futures = self.pending if self.pending is not None else self._start()
         for f in futures:
             f.result()
-        self.pending = self._start() if self.left > 0 else None
+        self.pending = self._start() if self.pool is not None and self.left > 0 else None
         return buf.to(self.device, non_blocking=self.pin)
 
 
 def _fill(rows: torch.Tensor, gen: torch.Generator) -> None:
-    """In a pool thread: the same values as torch.randn(rows.shape, generator=gen). Inference mode is
-    per thread; the buffer may have been made under the caller's."""
+    """The same values as torch.randn(rows.shape, generator=gen). Inference mode is per thread: in a pool
+    thread the buffer may have been made under the caller's."""
     with torch.inference_mode():
         rows.normal_(generator=gen)
