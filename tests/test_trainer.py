@@ -47,9 +47,9 @@ def data_dir(tmp_path_factory):
     return out
 
 
-def trainer(data_dir, out, init=None, precondition="obs_skip", seed=0):
+def trainer(data_dir, out, init=None, precondition="obs_skip", seed=0, **train):
     cfg = TrainConfig(batch=2, window_seconds=4.096, compile=False, bf16=False, warmup=5, lr=1e-3, seed=seed,
-                      log_every=5, val_every=1000, minutes=0.0)
+                      log_every=5, val_every=1000, minutes=0.0, **train)
     model = ModelConfig.from_dict({**TINY_MODEL, "precondition": precondition})
     return Trainer(cfg, model, CodecConfig(scale=3.0), data_dir, out, device="cpu", init=init)
 
@@ -123,6 +123,25 @@ def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(data_dir, tmp_path):
     assert abs((t == 1).float().mean().item() - 0.3) < 0.03
     rest = t[t < 1]
     assert abs(rest.mean().item() - 0.5) < 0.03  # the others still uniform
+
+
+def test_target_floor_lowers_the_targets_floor_and_leaves_the_inputs(data_dir, tmp_path):
+    plain = trainer(data_dir, tmp_path / "a")
+    clean, target, _, _ = plain.data.window_batch(2)
+    assert target is clean  # off by default: one tensor, nothing extra
+    floored = trainer(data_dir, tmp_path / "b", target_floor_db=12.0)
+    raw, target, _, _ = floored.data.window_batch(2)
+    assert torch.equal(raw, clean)  # the degraded inputs are still made from the recordings as they are
+    db = lambda x: 10 * torch.log10(x.square().mean())  # noqa: E731
+    assert db(raw) - db(target - raw) > 20  # the speech is kept
+    blocks = lambda x: x.reshape(-1, 512).square().mean(-1)  # noqa: E731
+    quiet = blocks(raw) < 2 * blocks(raw).quantile(0.1)  # the fixture's hiss between syllables
+    drop = 10 * torch.log10(blocks(raw)[quiet].sum() / blocks(target)[quiet].sum())
+    assert drop > 6
+    # the same draws in both trainers: the same degraded input, and the floored target as the clean side
+    a, b = plain.batch(), floored.batch()
+    assert torch.equal(a[1], b[1]) and not torch.equal(a[0], b[0])
+    assert torch.isfinite(floored.train_step(b))
 
 
 def test_band_level_measures_a_dull_band():

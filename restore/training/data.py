@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .. import text as text_mod
+from .floor import suppress_floor
 
 
 @dataclass
@@ -41,12 +42,21 @@ class TrainingData:
     window of a file does at inference."""
 
     def __init__(self, folder: str | Path, device, window: int, sample_rate: int = 16000,
-                 p_short: float = 0.25, max_gap_s: float = 0.4, seed: int = 0):
+                 p_short: float = 0.25, max_gap_s: float = 0.4, seed: int = 0, floor_db: float = 0.0):
         folder = Path(folder)
         self.device, self.window, self.sr = device, window, sample_rate
         self.p_short, self.max_gap = p_short, int(max_gap_s * sample_rate)
         self.speech, index = _load_bank(folder, "speech", device)
         self.clips = [Clip(e["start"], e["length"], e.get("text", ""), e["speaker"]) for e in index]
+        # the targets: the same speech with each utterance's own steady floor lowered (floor.py); the
+        # degraded inputs are still made from the recordings as they are
+        self.target = self.speech
+        if floor_db > 0:
+            self.target = self.speech.clone()
+            for c in self.clips:
+                x = self.speech[c.start : c.start + c.length].float() / 32768
+                y = suppress_floor(x, floor_db)
+                self.target[c.start : c.start + c.length] = (y * 32768).round().clamp(-32768, 32767).short()
         noise, nidx = _load_bank(folder, "noise", device)
         self.noises = [noise[e["start"] : e["start"] + e["length"]].float() / 32768 for e in nidx]
         self.noise_names = [e["path"] for e in nidx]
@@ -58,10 +68,12 @@ class TrainingData:
     def minutes(self) -> float:
         return sum(c.length for c in self.clips) / self.sr / 60
 
-    def window_batch(self, batch: int) -> tuple[torch.Tensor, list[str | None], torch.Tensor]:
-        """(B, window) float clean audio at random gain, each window's transcript (None when any part
-        of it has none), and (B,) the number of samples before the zero tail."""
+    def window_batch(self, batch: int) -> tuple[torch.Tensor, torch.Tensor, list[str | None], torch.Tensor]:
+        """(B, window) float clean audio at random gain, the same windows of the targets (the same
+        tensor when no floor is lowered), each window's transcript (None when any part of it has none),
+        and (B,) the number of samples before the zero tail."""
         out = torch.zeros(batch, self.window, device=self.device)
+        tgt = out if self.target is self.speech else torch.zeros_like(out)
         texts: list[str | None] = []
         ends: list[int] = []
         for b in range(batch):
@@ -76,6 +88,8 @@ class TrainingData:
                 first = False
                 n = min(c.length - skip, end - pos)
                 out[b, pos : pos + n] = self.speech[c.start + skip : c.start + skip + n].float() / 32768
+                if tgt is not out:
+                    tgt[b, pos : pos + n] = self.target[c.start + skip : c.start + skip + n].float() / 32768
                 if c.text:
                     w = text_mod.normalize(c.text).split()
                     words += w[int(len(w) * skip / c.length) : int(round(len(w) * (skip + n) / c.length))]
@@ -87,8 +101,11 @@ class TrainingData:
             ends.append(last)
             gain_db = self.rng.uniform(-12.0, 6.0)
             peak = out[b].abs().max().clamp_min(1e-4)
-            out[b] *= min(10 ** (gain_db / 20), 0.99 / peak.item())
-        return out, texts, torch.tensor(ends, device=self.device)
+            g = min(10 ** (gain_db / 20), 0.99 / peak.item())
+            out[b] *= g
+            if tgt is not out:
+                tgt[b] *= g
+        return out, tgt, texts, torch.tensor(ends, device=self.device)
 
 
 def load_validation(folder: str | Path, device) -> tuple[torch.Tensor, torch.Tensor]:

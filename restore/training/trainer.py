@@ -46,6 +46,7 @@ class TrainConfig(BaseConfig):
                                 # trained with it, predicted clean latents at t = 1 worse than the input.
     t_std: float = 1.0
     t_one: float = 0.0          # share of each batch drawn at t = 1 exactly: the one-step sampler's only point
+    target_floor_db: float = 0.0  # lower the clean targets' own steady floor by up to this (floor.py); 0: off
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -75,7 +76,8 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
         self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
-        self.data = TrainingData(data_dir, self.device, self.window, codec_cfg.sample_rate, seed=cfg.seed)
+        self.data = TrainingData(data_dir, self.device, self.window, codec_cfg.sample_rate, seed=cfg.seed,
+                                 floor_db=cfg.target_floor_db)
         self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
         # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
         # target level arbitrary: training leaves it out.
@@ -153,11 +155,11 @@ class Trainer:
     # ---- one step ----
     def batch(self):
         cfg = self.cfg
-        clean, texts, lengths = self.data.window_batch(cfg.batch)
+        clean, target, texts, lengths = self.data.window_batch(cfg.batch)
         degraded, _ = self.degrader(clean, self.gen)
         keep = torch.arange(self.window, device=self.device)[None] < lengths[:, None]
         degraded = degraded * keep  # the pipeline zero-pads the degraded input, so padding stays silent
-        clean, degraded = level_normalise(clean, degraded, lengths)
+        clean, degraded = level_normalise(target, degraded, lengths)
         b = cfg.batch
         use_cond = torch.rand(b, generator=self.gen) >= cfg.p_uncond
         keep_text = torch.rand(b, generator=self.gen) >= cfg.p_drop_text
