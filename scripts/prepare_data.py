@@ -24,6 +24,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from restore.training.data import to_int16, write_shards
 from restore.training.degrade import DegradeConfig, Degrader
 
 SR = 16000
@@ -34,31 +35,6 @@ def load(path: Path) -> np.ndarray:
     audio, sr = sf.read(path, dtype="float32", always_2d=True)
     audio = audio[:, 0]  # the data set is mono (noise downmixed, RIRs channel 0)
     return librosa.resample(audio, orig_sr=sr, target_sr=SR) if sr != SR else audio
-
-
-def to_int16(x: np.ndarray) -> np.ndarray:
-    return (np.clip(x, -1, 32767 / 32768) * 32768).astype(np.int16)
-
-
-def write_shards(out: Path, name: str, clips: list[tuple[np.ndarray, dict]], shard_bytes: int) -> None:
-    """Concatenate clips into int16 shards; the index records shard, offset and length of each."""
-    index, buf, size, shard = [], [], 0, 0
-
-    def flush():
-        nonlocal buf, size, shard
-        if buf:
-            np.save(out / f"{name}_{shard:02d}.npy", np.concatenate(buf))
-            shard, buf, size = shard + 1, [], 0
-
-    for audio, meta in clips:
-        pcm = to_int16(audio)
-        if size and size + pcm.nbytes > shard_bytes:
-            flush()
-        index.append({**meta, "shard": f"{name}_{shard:02d}.npy", "offset": size // 2, "length": len(pcm)})
-        buf.append(pcm)
-        size += pcm.nbytes
-    flush()
-    (out / f"{name}.json").write_text(json.dumps(index, indent=0))
 
 
 def main() -> None:

@@ -2,9 +2,7 @@
 format scripts/prepare_data.py writes): it learns, checkpoints, resumes exactly, exports weights the
 restorer loads, and starts an observation skip from a model that had none."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,36 +11,28 @@ import torch
 from restore import weights
 from restore.config import CodecConfig, ModelConfig
 from restore.model.dit import DiT
+from restore.training.data import to_int16, write_shards
 from restore.training.trainer import TrainConfig, Trainer, lr_scale
 from tests.conftest import TINY_MODEL, speechlike
 
-ROOT = Path(__file__).resolve().parent.parent
 SR = 16000
-
-
-def prepare_module():
-    spec = importlib.util.spec_from_file_location("prepare_data", ROOT / "scripts" / "prepare_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    prep = prepare_module()
     out = tmp_path_factory.mktemp("train_data")
     rng = np.random.default_rng(0)
     speech = [(speechlike(6.0, seed=i) * 0.3, {"path": f"s{i}.wav", "speaker": f"spk{i}", "text": "a test",
                                                 "text_kind": "human"}) for i in range(4)]
-    prep.write_shards(out, "speech", speech, 1 << 20)
+    write_shards(out, "speech", speech, 1 << 20)
     noise = [(rng.standard_normal(SR * 2).astype(np.float32) * 0.1, {"path": "n.wav", "license": "test"})]
-    prep.write_shards(out, "noise", noise, 1 << 20)
+    write_shards(out, "noise", noise, 1 << 20)
     rir = np.zeros(SR // 4, np.float32)
     rir[0], rir[400:] = 0.9, 0.1 * np.exp(-np.arange(SR // 4 - 400) / 800) * rng.standard_normal(SR // 4 - 400)
-    prep.write_shards(out, "rir", [(rir, {"path": "r.wav", "license": "test"})], 1 << 20)
+    write_shards(out, "rir", [(rir, {"path": "r.wav", "license": "test"})], 1 << 20)
     clean = np.stack([speechlike(2.048, seed=9) * 0.3])
     degraded = clean + rng.standard_normal(clean.shape).astype(np.float32) * 0.05
-    np.savez(out / "val.npz", clean=prep.to_int16(clean), degraded=prep.to_int16(degraded))
+    np.savez(out / "val.npz", clean=to_int16(clean), degraded=to_int16(degraded))
     (out / "val.json").write_text("[]")
     return out
 

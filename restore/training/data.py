@@ -1,4 +1,5 @@
-"""Training data on the device: staged int16 shards (scripts/prepare_data.py) held in device memory,
+"""Training data: the staged format (int16 .npy shards and a JSON index per bank, written by
+`write_shards` for scripts/prepare_data.py) and, on the device, the banks held in memory and
 assembled into fixed-shape training windows with their transcripts."""
 
 from __future__ import annotations
@@ -21,6 +22,31 @@ class Clip:
     length: int
     text: str
     speaker: str
+
+
+def to_int16(x: np.ndarray) -> np.ndarray:
+    return (np.clip(x, -1, 32767 / 32768) * 32768).astype(np.int16)
+
+
+def write_shards(out: Path, name: str, clips: list[tuple[np.ndarray, dict]], shard_bytes: int) -> None:
+    """Concatenate clips into int16 shards; the index records shard, offset and length of each."""
+    index, buf, size, shard = [], [], 0, 0
+
+    def flush():
+        nonlocal buf, size, shard
+        if buf:
+            np.save(out / f"{name}_{shard:02d}.npy", np.concatenate(buf))
+            shard, buf, size = shard + 1, [], 0
+
+    for audio, meta in clips:
+        pcm = to_int16(audio)
+        if size and size + pcm.nbytes > shard_bytes:
+            flush()
+        index.append({**meta, "shard": f"{name}_{shard:02d}.npy", "offset": size // 2, "length": len(pcm)})
+        buf.append(pcm)
+        size += pcm.nbytes
+    flush()
+    (out / f"{name}.json").write_text(json.dumps(index, indent=0))
 
 
 def _load_bank(folder: Path, name: str, device) -> tuple[torch.Tensor, list[dict]]:

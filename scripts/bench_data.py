@@ -1,0 +1,113 @@
+"""Where the training batch producer spends its time: window assembly, each degradation, the rest.
+
+    python scripts/bench_data.py --data /tmp/data --batch 32            # on the GPU machine
+    python scripts/bench_data.py --batch 4 --window 4 --device cpu      # synthetic data, anywhere
+
+At batch 32 the producer, not the GPU, bounds training (docs/training.md, "Two runs at once"). Each
+part is timed with the device synchronised around it, over --n batches after two warm-up batches, so
+the parts add up to a producer that runs alone; in training it overlaps the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from restore.training import degrade
+from restore.training.data import to_int16, write_shards
+from restore.training.trainer import TrainConfig, Trainer
+from restore.config import CodecConfig, ModelConfig
+
+def synthetic_data(folder: Path, seconds: float = 12.0, clips: int = 40) -> None:
+    """A data folder in prepare_data.py's format: harmonic 'speech' clips, noise, two rooms."""
+    rng = np.random.default_rng(0)
+    sr = 16000
+    t = np.arange(int(seconds * sr)) / sr
+    speech = []
+    for i in range(clips):
+        f0 = 100 + 10 * i % 80 + 20 * np.sin(2 * np.pi * 0.5 * t)
+        x = sum(np.sin(k * 2 * np.pi * np.cumsum(f0) / sr) / k for k in range(1, 12))
+        x = 0.1 * x * np.clip(np.sin(2 * np.pi * 3 * t), 0, None) ** 2 + 0.002 * rng.standard_normal(len(t))
+        speech.append((x.astype(np.float32), {"path": f"s{i}.wav", "speaker": f"spk{i % 8}", "text": "a b c"}))
+    write_shards(folder, "speech", speech, 1 << 26)
+    noise = [(0.1 * rng.standard_normal(sr * 30).astype(np.float32), {"path": f"n{i}.wav"}) for i in range(3)]
+    write_shards(folder, "noise", noise, 1 << 26)
+    rirs = []
+    for i in range(2):
+        h = np.zeros(sr // 2, np.float32)
+        h[0] = 1.0
+        h[200:] = 0.1 * np.exp(-np.arange(sr // 2 - 200) / 1500) * rng.standard_normal(sr // 2 - 200)
+        rirs.append((h, {"path": f"r{i}.wav"}))
+    write_shards(folder, "rir", rirs, 1 << 26)
+    clean = 0.1 * rng.standard_normal((2, sr * 4)).astype(np.float32)
+    np.savez(folder / "val.npz", clean=to_int16(clean), degraded=to_int16(clean))
+    (folder / "val.json").write_text("[]")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, help="a prepared data folder (default: synthetic)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--window", type=float, default=30.0, help="seconds")
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", type=Path, help="also write the timings here as JSON")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = args.data
+        if data is None:
+            data = Path(tmp)
+            synthetic_data(data)
+        cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=False, bf16=False)
+        tr = Trainer(cfg, ModelConfig(precondition="obs_skip"), CodecConfig(scale=3.0), data, Path(tmp) / "run",
+                     device=args.device)
+
+        times: dict[str, float] = defaultdict(float)
+
+        def timed(name, fn):
+            def wrapper(*a, **k):
+                sync()
+                t0 = time.perf_counter()
+                out = fn(*a, **k)
+                sync()
+                times[name] += time.perf_counter() - t0
+                return out
+            return wrapper
+
+        tr.data.window_batch = timed("windows", tr.data.window_batch)
+        for kind in degrade.KINDS:
+            setattr(tr.degrader, "_" + kind, timed("degrade." + kind, getattr(tr.degrader, "_" + kind)))
+        whole = timed("degrader (all)", tr.degrader.__call__)  # with drawing the plans, on the CPU
+        tr.degrader = type("Timed", (), {"__call__": lambda self, *a, **k: whole(*a, **k)})()
+        for _ in range(2):
+            tr.batch()
+        times.clear()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.n):
+            tr.batch()
+        sync()
+        total = time.perf_counter() - t0
+
+    per = {k: 1000 * v / args.n for k, v in sorted(times.items())}
+    per["batch (all)"] = 1000 * total / args.n
+    print(f"device {args.device}, batch {args.batch} x {args.window:g} s, {args.n} batches; ms per batch:")
+    for k, v in per.items():
+        print(f"  {k:20s} {v:8.1f}")
+    if args.out:
+        args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window,
+                                        "ms_per_batch": per}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
