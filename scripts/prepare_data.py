@@ -4,10 +4,11 @@ Reads ../shared/data (speech, noise, RIR manifests), applies the speaker split i
 restore/training/split.json, resamples everything to the model rate and writes int16 .npy shards plus
 JSON indexes, and a fixed degraded validation set from the dev speakers with dev noises:
 
-    python scripts/prepare_data.py ../shared/data .stage/data [--pseudo FILE]
+    python scripts/prepare_data.py ../shared/data .stage/data [--pseudo FILE] [--extra .stage/tts]
 
 Pseudo-transcripts default to restore/training/pseudo_transcripts.json (pocketsphinx on the clean
-LibriSpeech clips; 30 CPU-minutes to remake with scripts/pseudo_transcripts.py).
+LibriSpeech clips; 30 CPU-minutes to remake with scripts/pseudo_transcripts.py). --extra adds a folder
+of synthesised, text-labelled speech (scripts/synth_speech.py) to the training clips.
 
 Shards are at most --shard-mb MiB so that each fits in one transfer to the GPU machine.
 """
@@ -46,6 +47,8 @@ def main() -> None:
     ap.add_argument("--shard-mb", type=float, default=40.0)
     ap.add_argument("--val-windows", type=int, default=6)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--extra", type=Path, action="append", default=[],
+                    help="a folder of synthesised speech (scripts/synth_speech.py): training only")
     args = ap.parse_args()
     split = json.loads(SPLIT.read_text())
     dev = set(split["dev_speakers"])
@@ -61,9 +64,14 @@ def main() -> None:
             text, kind = pseudo[r["path"]], "asr"
         meta = {"path": r["path"], "speaker": r["speaker"], "text": text or "", "text_kind": kind if text else ""}
         (val_speech if r["speaker"] in dev else train).append((audio, meta))
+    real = len(train)
+    for extra in args.extra:
+        for r in csv.DictReader(open(extra / "speech" / "manifest.csv")):
+            train.append((load(extra / r["path"]), {"path": f"{extra.name}/{r['path']}", "speaker": r["speaker"],
+                                                    "text": r["transcript"], "text_kind": "tts"}))
     write_shards(args.out, "speech", train, shard_bytes)
-    print(f"speech: {len(train)} training clips, {sum(len(a) for a, _ in train) / SR / 60:.1f} min; "
-          f"{len(val_speech)} dev clips held out")
+    print(f"speech: {len(train)} training clips ({len(train) - real} synthesised), "
+          f"{sum(len(a) for a, _ in train) / SR / 60:.1f} min; {len(val_speech)} dev clips held out")
 
     noises, dev_noises = [], []
     for r in csv.DictReader(open(args.data / "noise" / "manifest.csv")):
