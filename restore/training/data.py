@@ -99,7 +99,8 @@ class TrainingData:
         tensor when no floor is lowered), each window's transcript (None when any part of it has none),
         and (B,) the number of samples before the zero tail."""
         out = torch.zeros(batch, self.window, device=self.device)
-        tgt = out if self.target is self.speech else torch.zeros_like(out)
+        pieces: list[tuple[int, int, int, int]] = []  # (row, position, bank offset, length)
+        gains: list[float] = []
         texts: list[str | None] = []
         ends: list[int] = []
         for b in range(batch):
@@ -114,8 +115,7 @@ class TrainingData:
                 first = False
                 n = min(c.length - skip, end - pos)
                 out[b, pos : pos + n] = self.speech[c.start + skip : c.start + skip + n].float() / 32768
-                if tgt is not out:
-                    tgt[b, pos : pos + n] = self.target[c.start + skip : c.start + skip + n].float() / 32768
+                pieces.append((b, pos, c.start + skip, n))
                 if c.text:
                     w = text_mod.normalize(c.text).split()
                     words += w[int(len(w) * skip / c.length) : int(round(len(w) * (skip + n) / c.length))]
@@ -127,11 +127,19 @@ class TrainingData:
             ends.append(last)
             gain_db = self.rng.uniform(-12.0, 6.0)
             peak = out[b].abs().max().clamp_min(1e-4)
-            g = min(10 ** (gain_db / 20), 0.99 / peak.item())
-            out[b] *= g
-            if tgt is not out:
-                tgt[b] *= g
-        return out, tgt, texts, torch.tensor(ends, device=self.device)
+            gains.append(min(10 ** (gain_db / 20), 0.99 / peak.item()))
+            out[b] *= gains[-1]
+        return out, self._targets(out, pieces, gains), texts, torch.tensor(ends, device=self.device)
+
+    def _targets(self, out: torch.Tensor, pieces: list[tuple[int, int, int, int]], gains: list[float]) -> torch.Tensor:
+        """The windows `out` was assembled from, taken from the target bank at the same gains (`out`
+        itself when the targets are the recordings)."""
+        if self.target is self.speech:
+            return out
+        tgt = torch.zeros_like(out)
+        for b, pos, start, n in pieces:
+            tgt[b, pos : pos + n] = self.target[start : start + n].float() / 32768
+        return tgt * torch.tensor(gains, device=out.device)[:, None]
 
 
 def load_validation(folder: str | Path, device) -> tuple[torch.Tensor, torch.Tensor]:
