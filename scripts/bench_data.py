@@ -1,11 +1,18 @@
-"""Where the training batch producer spends its time: window assembly, each degradation, the rest.
+"""Where the training batch producer spends its time: window assembly, each degradation, the rest;
+and with --step, what the producer costs the training step it runs beside.
 
     python scripts/bench_data.py --data /tmp/data --batch 32            # on the GPU machine
     python scripts/bench_data.py --batch 4 --window 4 --device cpu      # synthetic data, anywhere
+    python scripts/bench_data.py --step --batch 32                      # the step, with and without it
 
 At batch 32 the producer, not the GPU, bounds training (docs/training.md, "Two runs at once"). Each
 part is timed with the device synchronised around it, over --n batches after two warm-up batches, so
 the parts add up to a producer that runs alone; in training it overlaps the step.
+
+--step times the training step as training runs it (compiled, bf16) on one fixed batch with no producer
+running, then fed by each producer (a thread of the training process, and a process of its own), and
+the producer alone. Where a fed step is slower than the fixed one by more than its wait, the producer
+slows the step down rather than making it wait.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import numpy as np
 import torch
 
 from restore.training import degrade
+from restore.training.batches import batches
 from restore.training.data import to_int16, write_shards
 from restore.training.trainer import TrainConfig, Trainer
 from restore.config import CodecConfig, ModelConfig
@@ -58,6 +66,7 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=30.0, help="seconds")
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--step", action="store_true", help="time the training step with and without the producer")
     ap.add_argument("--out", type=Path, help="also write the timings here as JSON")
     args = ap.parse_args()
     dev = torch.device(args.device)
@@ -68,9 +77,12 @@ def main() -> None:
         if data is None:
             data = Path(tmp)
             synthetic_data(data)
-        cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=False, bf16=False)
+        cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=args.step, bf16=args.step)
         tr = Trainer(cfg, ModelConfig(precondition="obs_skip"), CodecConfig(scale=3.0), data, Path(tmp) / "run",
                      device=args.device)
+        if args.step:
+            report(args, step_timings(tr, args.n, sync))
+            return
 
         times: dict[str, float] = defaultdict(float)
 
@@ -86,9 +98,9 @@ def main() -> None:
 
         tr.data.window_batch = timed("windows", tr.data.window_batch)
         for kind in degrade.KINDS:
-            setattr(tr.degrader, "_" + kind, timed("degrade." + kind, getattr(tr.degrader, "_" + kind)))
-        tr.degrader._draw = timed("degrade: draw plans", tr.degrader._draw)  # per clip, on the CPU
-        tr.degrader.apply = timed("degrade: apply (all)", tr.degrader.apply)
+            setattr(tr.maker.degrader, "_" + kind, timed("degrade." + kind, getattr(tr.maker.degrader, "_" + kind)))
+        tr.maker.degrader._draw = timed("degrade: draw plans", tr.maker.degrader._draw)  # per clip, on the CPU
+        tr.maker.degrader.apply = timed("degrade: apply (all)", tr.maker.degrader.apply)
         for _ in range(2):
             tr.batch()
         times.clear()
@@ -101,12 +113,58 @@ def main() -> None:
 
     per = {k: 1000 * v / args.n for k, v in sorted(times.items())}
     per["batch (all)"] = 1000 * total / args.n
-    print(f"device {args.device}, batch {args.batch} x {args.window:g} s, {args.n} batches; ms per batch:")
+    report(args, per)
+
+
+def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
+    """ms per step: on a fixed batch with no producer, fed by each producer beside it (and the part of
+    that spent waiting for a batch), and the producer alone. Steps are not synchronised one by one, as
+    in training: the host runs ahead until the device's queue is full."""
+    fixed = tr.batch()
+    for _ in range(3):  # compile, forward and backward
+        tr.train_step(fixed)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        tr.train_step(fixed)
+    sync()
+    out = {"step, fixed batch, no producer": 1000 * (time.perf_counter() - t0) / n}
+    for producer in ("thread", "process"):
+        it = batches(tr.maker, producer)
+        for _ in range(3):  # the process starts, the queue fills
+            tr.train_step(next(it)[0])
+        time.sleep(2.0)
+        sync()
+        wait = 0.0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            t1 = time.perf_counter()
+            b = next(it)[0]
+            wait += time.perf_counter() - t1
+            tr.train_step(b)
+        sync()
+        out[f"step fed by the {producer} producer"] = 1000 * (time.perf_counter() - t0) / n
+        out[f"  of which waiting ({producer})"] = 1000 * wait / n
+        it.close()  # stops the producer
+    time.sleep(1.0)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        tr.maker()
+    sync()
+    out["producer alone (in line)"] = 1000 * (time.perf_counter() - t0) / n
+    return out
+
+
+def report(args, per: dict[str, float]) -> None:
+    what = "steps" if args.step else "batches"
+    print(f"device {args.device}, batch {args.batch} x {args.window:g} s, {args.n} {what}; ms per {what[:-1]}:")
     for k, v in per.items():
-        print(f"  {k:20s} {v:8.1f}")
+        print(f"  {k:32s} {v:8.1f}")
     if args.out:
-        args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window,
-                                        "ms_per_batch": per}, indent=2))
+        key = {"mode": "step", "ms": per} if args.step else {"ms_per_batch": per}
+        args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window, **key},
+                                       indent=2))
 
 
 if __name__ == "__main__":

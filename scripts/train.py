@@ -40,6 +40,7 @@ def main() -> None:
         train["minutes"] = args.minutes
     if args.device == "cpu":
         train.setdefault("compile", False)
+        train.setdefault("producer", "inline")  # a producer beside the step only takes turns with it on a CPU
     # new models train with the observation skip (docs/training.md, "The observation skip")
     model = {"precondition": "obs_skip", **over.get("model", {})}
     trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(model),

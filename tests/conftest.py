@@ -51,3 +51,27 @@ def wav(tmp_path):
         sf.write(path, x, sr, subtype=subtype)
         return path
     return make
+
+
+@pytest.fixture(scope="session")
+def train_data_dir(tmp_path_factory):
+    """A training data folder in the staged format (int16 shards and JSON indexes, as
+    scripts/prepare_data.py writes it): four short transcribed utterances, a noise, a room."""
+    from restore.training.data import to_int16, write_shards
+
+    sr = 16000
+    out = tmp_path_factory.mktemp("train_data")
+    rng = np.random.default_rng(0)
+    speech = [(speechlike(6.0, seed=i) * 0.3, {"path": f"s{i}.wav", "speaker": f"spk{i}", "text": "a test",
+                                                "text_kind": "human"}) for i in range(4)]
+    write_shards(out, "speech", speech, 1 << 20)
+    noise = [(rng.standard_normal(sr * 2).astype(np.float32) * 0.1, {"path": "n.wav", "license": "test"})]
+    write_shards(out, "noise", noise, 1 << 20)
+    rir = np.zeros(sr // 4, np.float32)
+    rir[0], rir[400:] = 0.9, 0.1 * np.exp(-np.arange(sr // 4 - 400) / 800) * rng.standard_normal(sr // 4 - 400)
+    write_shards(out, "rir", [(rir, {"path": "r.wav", "license": "test"})], 1 << 20)
+    clean = np.stack([speechlike(2.048, seed=9) * 0.3])
+    degraded = clean + rng.standard_normal(clean.shape).astype(np.float32) * 0.05
+    np.savez(out / "val.npz", clean=to_int16(clean), degraded=to_int16(degraded))
+    (out / "val.json").write_text("[]")
+    return out

@@ -11,53 +11,31 @@ import torch
 from restore import weights
 from restore.config import CodecConfig, ModelConfig
 from restore.model.dit import DiT
-from restore.training.data import to_int16, write_shards
 from restore.training.trainer import TrainConfig, Trainer, lr_scale
-from tests.conftest import TINY_MODEL, speechlike
-
-SR = 16000
+from tests.conftest import TINY_MODEL
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("train_data")
-    rng = np.random.default_rng(0)
-    speech = [(speechlike(6.0, seed=i) * 0.3, {"path": f"s{i}.wav", "speaker": f"spk{i}", "text": "a test",
-                                                "text_kind": "human"}) for i in range(4)]
-    write_shards(out, "speech", speech, 1 << 20)
-    noise = [(rng.standard_normal(SR * 2).astype(np.float32) * 0.1, {"path": "n.wav", "license": "test"})]
-    write_shards(out, "noise", noise, 1 << 20)
-    rir = np.zeros(SR // 4, np.float32)
-    rir[0], rir[400:] = 0.9, 0.1 * np.exp(-np.arange(SR // 4 - 400) / 800) * rng.standard_normal(SR // 4 - 400)
-    write_shards(out, "rir", [(rir, {"path": "r.wav", "license": "test"})], 1 << 20)
-    clean = np.stack([speechlike(2.048, seed=9) * 0.3])
-    degraded = clean + rng.standard_normal(clean.shape).astype(np.float32) * 0.05
-    np.savez(out / "val.npz", clean=to_int16(clean), degraded=to_int16(degraded))
-    (out / "val.json").write_text("[]")
-    return out
-
-
-def trainer(data_dir, out, init=None, precondition="obs_skip", seed=0, **train):
+def trainer(train_data_dir, out, init=None, precondition="obs_skip", seed=0, **train):
     cfg = TrainConfig(batch=2, window_seconds=4.096, compile=False, bf16=False, warmup=5, lr=1e-3, seed=seed,
                       log_every=5, val_every=1000, minutes=0.0, **train)
     model = ModelConfig.from_dict({**TINY_MODEL, "precondition": precondition})
-    return Trainer(cfg, model, CodecConfig(scale=3.0), data_dir, out, device="cpu", init=init)
+    return Trainer(cfg, model, CodecConfig(scale=3.0), train_data_dir, out, device="cpu", init=init)
 
 
-def test_loss_falls_and_checkpoint_resumes_exactly(data_dir, tmp_path):
-    tr = trainer(data_dir, tmp_path / "run")
+def test_loss_falls_and_checkpoint_resumes_exactly(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run")
     losses = [tr.train_step(tr.batch()).item() for _ in range(30)]
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
     tr.save_checkpoint()
     after = [tr.train_step(tr.batch()).item() for _ in range(3)]
 
-    again = trainer(data_dir, tmp_path / "run")
+    again = trainer(train_data_dir, tmp_path / "run")
     assert again.resume() and again.step == 30
     assert [again.train_step(again.batch()).item() for _ in range(3)] == pytest.approx(after, rel=1e-5)
 
 
-def test_validation_reports_the_skip_model_and_export_loads(data_dir, tmp_path):
-    tr = trainer(data_dir, tmp_path / "run")
+def test_validation_reports_the_skip_model_and_export_loads(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run")
     for _ in range(3):
         tr.train_step(tr.batch())
     v = tr.validate(steps=2)
@@ -71,20 +49,20 @@ def test_validation_reports_the_skip_model_and_export_loads(data_dir, tmp_path):
     json.loads((tmp_path / "export" / "config.json").read_text())  # valid JSON with the format version
 
 
-def test_init_from_a_model_without_the_skip_restarts_only_the_output_layer(data_dir, tmp_path):
+def test_init_from_a_model_without_the_skip_restarts_only_the_output_layer(train_data_dir, tmp_path):
     cfg = ModelConfig.from_dict({**TINY_MODEL, "precondition": "none"})
     old = DiT(cfg, CodecConfig(scale=3.0))
     with torch.no_grad():
         for p in old.parameters():
             p.add_(0.01)
     weights.save(tmp_path / "old", cfg, CodecConfig(scale=3.0), old.state_dict(), dtype=torch.float32)
-    tr = trainer(data_dir, tmp_path / "run", init=tmp_path / "old")
+    tr = trainer(train_data_dir, tmp_path / "run", init=tmp_path / "old")
     assert torch.equal(tr.model.x_in.weight, old.x_in.weight.float())
     assert tr.model.out.weight.abs().max() == 0 and tr.model.out.bias.abs().max() == 0
     with pytest.raises(ValueError):  # the reverse would drop learned parameters: refused
         weights.save(tmp_path / "new", ModelConfig.from_dict({**TINY_MODEL, "precondition": "obs_skip"}),
                      CodecConfig(scale=3.0), tr.model.state_dict(), dtype=torch.float32)
-        trainer(data_dir, tmp_path / "run2", init=tmp_path / "new", precondition="none")
+        trainer(train_data_dir, tmp_path / "run2", init=tmp_path / "new", precondition="none")
 
 
 def test_lr_holds_then_falls_to_zero_over_the_last_share_of_the_run():
@@ -94,8 +72,8 @@ def test_lr_holds_then_falls_to_zero_over_the_last_share_of_the_run():
     assert lr_scale(99.0, 100.0, 0.0) == 1.0  # decay off: constant after warm-up
 
 
-def test_a_zero_learning_rate_step_leaves_the_weights_unchanged(data_dir, tmp_path):
-    tr = trainer(data_dir, tmp_path / "run")
+def test_a_zero_learning_rate_step_leaves_the_weights_unchanged(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run")
     tr.train_step(tr.batch())
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
     tr.train_step(tr.batch(), lr_scale=0.0)
@@ -104,8 +82,8 @@ def test_a_zero_learning_rate_step_leaves_the_weights_unchanged(data_dir, tmp_pa
     assert any(not torch.equal(before[k], v) for k, v in tr.model.state_dict().items())
 
 
-def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(data_dir, tmp_path):
-    tr = trainer(data_dir, tmp_path / "run")
+def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run")
     t = tr.draw_t(4000)
     assert (t == 1).sum() == 0 and t.min() >= 0 and t.max() < 1  # default: plain uniform
     tr.cfg = TrainConfig.from_dict({**tr.cfg.to_dict(), "t_one": 0.3})
@@ -115,11 +93,11 @@ def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(data_dir, tmp_path):
     assert abs(rest.mean().item() - 0.5) < 0.03  # the others still uniform
 
 
-def test_target_floor_lowers_the_targets_floor_and_leaves_the_inputs(data_dir, tmp_path):
-    plain = trainer(data_dir, tmp_path / "a")
+def test_target_floor_lowers_the_targets_floor_and_leaves_the_inputs(train_data_dir, tmp_path):
+    plain = trainer(train_data_dir, tmp_path / "a")
     clean, target, _, _ = plain.data.window_batch(2)
     assert target is clean  # off by default: one tensor, nothing extra
-    floored = trainer(data_dir, tmp_path / "b", target_floor_db=12.0)
+    floored = trainer(train_data_dir, tmp_path / "b", target_floor_db=12.0)
     raw, target, _, _ = floored.data.window_batch(2)
     assert torch.equal(raw, clean)  # the degraded inputs are still made from the recordings as they are
     db = lambda x: 10 * torch.log10(x.square().mean())  # noqa: E731
@@ -146,8 +124,8 @@ def test_band_level_measures_a_dull_band():
     assert band_level(dull, ref, 16000) == pytest.approx(-20.0, abs=1.5)  # less the window's leakage at the edge
 
 
-def test_validation_scores_the_one_step_estimate(data_dir, tmp_path):
-    tr = trainer(data_dir, tmp_path / "run")
+def test_validation_scores_the_one_step_estimate(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run")
     tr.train_step(tr.batch())
     val = tr.validate(steps=2)
     assert {"val_lsd_1step", "val_high_db_1step"} <= set(val)

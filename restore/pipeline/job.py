@@ -17,7 +17,7 @@ from ..config import SamplerConfig
 from ..errors import UsageError
 from .windows import Geometry, Stitcher, windows
 
-LEVEL_RMS = 0.05      # the input level the model was trained at (restore.training.trainer.LEVEL_RMS)
+LEVEL_RMS = 0.05      # the input level the model was trained at (restore.training.batches.LEVEL_RMS)
 CHANNEL_MODES = ("auto", "each", "mix")
 
 

@@ -9,8 +9,6 @@ import dataclasses
 import json
 import math
 import os
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +22,9 @@ from ..config import BaseConfig, CodecConfig, ModelConfig
 from ..model.dit import DiT, count_parameters
 from ..sampling import step as rf_step
 from ..sampling import timesteps
-from .data import TrainingData, load_validation
-from .degrade import DegradeConfig, Degrader
-
-LEVEL_RMS = 0.05  # degraded input is normalised to this RMS; the codec scale assumes it
+from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
+from .data import load_validation
+from .degrade import DegradeConfig
 
 
 @dataclass(frozen=True)
@@ -57,13 +54,7 @@ class TrainConfig(BaseConfig):
     seed: int = 0
     compile: bool = True
     bf16: bool = True
-
-
-def level_normalise(clean: torch.Tensor, degraded: torch.Tensor, lengths: torch.Tensor):
-    """Scale each pair so that the degraded content has RMS LEVEL_RMS (as the pipeline does)."""
-    rms = (degraded.square().sum(-1) / lengths.clamp_min(1)).sqrt().clamp_min(1e-5)
-    g = (LEVEL_RMS / rms)[:, None]
-    return clean * g, degraded * g
+    producer: str = "thread"    # where batches are made beside the step: inline, thread or process (batches.py)
 
 
 class Trainer:
@@ -75,16 +66,21 @@ class Trainer:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
+        if cfg.producer not in PRODUCERS:
+            raise ValueError(f"unknown producer {cfg.producer!r}: choose one of {', '.join(PRODUCERS)}")
         self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
-        self.data = TrainingData(data_dir, self.device, self.window, codec_cfg.sample_rate, seed=cfg.seed,
-                                 floor_db=cfg.target_floor_db)
-        self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
+        self.codec = build_codec(codec_cfg).to(self.device)
         # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
         # target level arbitrary: training leaves it out.
         degrade_cfg = dataclasses.replace(degrade_cfg or DegradeConfig(), p_gain=0.0)
-        self.degrader = Degrader(degrade_cfg, self.data.noises, self.data.rirs, self.data.noise_names,
-                                 self.data.rir_names)
-        self.codec = build_codec(codec_cfg).to(self.device)
+        self.maker = BatchMaker(BatchSpec(
+            data_dir=str(data_dir), device=str(self.device), window=self.window,
+            sample_rate=codec_cfg.sample_rate, hop=self.codec.hop, max_tokens=model_cfg.text.max_tokens,
+            batch=cfg.batch, p_uncond=cfg.p_uncond, p_drop_text=cfg.p_drop_text, pad_text=cfg.compile,
+            floor_db=cfg.target_floor_db, seed=cfg.seed, degrade=degrade_cfg))
+        self.data = self.maker.data
+        self.batch_state = self.maker.state()  # the maker's state after the last batch trained on
+        self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
         self.model = DiT(model_cfg, codec_cfg).to(self.device)
         if init is not None:
             files = weights.load(init)
@@ -106,7 +102,6 @@ class Trainer:
                                       {"params": no_decay, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
         self.step = 0
-        self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # degradation parameters (CPU)
         self.dgen = torch.Generator(device=self.device).manual_seed(cfg.seed + 2)  # noise, t (device)
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.log_path = self.out / "log.jsonl"
@@ -116,8 +111,8 @@ class Trainer:
     # ---- state ----
     def save_checkpoint(self) -> None:
         state = {"model": self.model.state_dict(), "ema": self.ema.state_dict(), "opt": self.opt.state_dict(),
-                 "step": self.step, "gen": self.gen.get_state(), "dgen": self.dgen.get_state(),
-                 "rng": self.data.rng.getstate(), "elapsed": self.elapsed(),
+                 "step": self.step, "batches": self.batch_state, "dgen": self.dgen.get_state(),
+                 "elapsed": self.elapsed(),
                  "config": {"train": self.cfg.to_dict(), "model": self.model_cfg.to_dict(),
                             "codec": self.codec_cfg.to_dict()}}
         tmp = self.out / "ckpt.pt.tmp"
@@ -133,9 +128,10 @@ class Trainer:
         self.ema.load_state_dict(state["ema"])
         self.opt.load_state_dict(state["opt"])
         self.step = state["step"]
-        self.gen.set_state(state["gen"])
+        # checkpoints from before batches.py kept the two generators at the top level
+        self.batch_state = state.get("batches") or {"gen": state["gen"], "rng": state["rng"]}
+        self.maker.set_state(self.batch_state)
         self.dgen.set_state(state["dgen"])
-        self.data.rng.setstate(state["rng"])
         self.elapsed_before = state.get("elapsed", 0.0)
         return True
 
@@ -154,24 +150,10 @@ class Trainer:
 
     # ---- one step ----
     def batch(self):
-        cfg = self.cfg
-        clean, target, texts, lengths = self.data.window_batch(cfg.batch)
-        degraded, _ = self.degrader(clean, self.gen)
-        keep = torch.arange(self.window, device=self.device)[None] < lengths[:, None]
-        degraded = degraded * keep  # the pipeline zero-pads the degraded input, so padding stays silent
-        clean, degraded = level_normalise(target, degraded, lengths)
-        b = cfg.batch
-        use_cond = torch.rand(b, generator=self.gen) >= cfg.p_uncond
-        keep_text = torch.rand(b, generator=self.gen) >= cfg.p_drop_text
-        texts = [t if (t and use_cond[i] and keep_text[i]) else None for i, t in enumerate(texts)]
-        ids, mask = text_mod.batch(texts, self.model_cfg.text.max_tokens, self.device)
-        if cfg.compile:  # a fixed text length avoids recompiles
-            pad = self.model_cfg.text.max_tokens - ids.shape[1]
-            ids = torch.nn.functional.pad(ids, (0, pad), value=text_mod.PAD_ID)
-            mask = torch.nn.functional.pad(mask, (0, pad), value=False)
-        frames = (lengths + self.codec.hop - 1) // self.codec.hop
-        frame_mask = torch.arange(self.window // self.codec.hop, device=self.device)[None] < frames[:, None]
-        return clean, degraded, use_cond.to(self.device), ids, mask, frame_mask
+        """The next batch, made here and now (tests and tools; training uses batches())."""
+        b = self.maker()
+        self.batch_state = self.maker.state()
+        return b
 
     def draw_t(self, b: int) -> torch.Tensor:
         cfg = self.cfg
@@ -253,50 +235,33 @@ class Trainer:
                 "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean),
                 "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate)}
 
-    def batches(self, depth: int = 3):
-        """Batches built ahead in a background thread on its own CUDA stream, so that assembling
-        windows and degrading them overlaps the training step instead of adding to it."""
-        if self.device.type != "cuda":
-            while True:
-                yield self.batch()
-        q: queue.Queue = queue.Queue(maxsize=depth)
-        stream = torch.cuda.Stream(self.device)
-        stop = threading.Event()
-
-        def produce():
-            try:
-                with torch.cuda.stream(stream):
-                    while not stop.is_set():
-                        b = self.batch()
-                        stream.synchronize()
-                        q.put(b)
-            except BaseException as e:  # surface the producer's failure in the training loop
-                q.put(e)
-
-        worker = threading.Thread(target=produce, daemon=True)
-        worker.start()
-        try:
-            while True:
-                b = q.get()
-                if isinstance(b, BaseException):
-                    raise b
-                for t in b:
-                    if isinstance(t, torch.Tensor) and t.is_cuda:
-                        t.record_stream(torch.cuda.current_stream(self.device))  # keep memory until used
-                yield b
-        finally:
-            stop.set()
+    def batches(self):
+        """Batches from the configured producer; each one moves the state a checkpoint restarts from."""
+        for b, state in batches(self.maker, self.cfg.producer):
+            self.batch_state = state
+            yield b
 
     # ---- loop ----
     def run(self) -> None:
+        """Train for cfg.minutes of wall time, logging, validating and checkpointing; then validate and
+        checkpoint once more."""
         cfg = self.cfg
         budget = cfg.minutes * 60
         start = time.time()
-        last_ckpt = time.time()
-        window_loss, window_t, data_s = [], time.time(), 0.0
         batches = self.batches()
         self.log(event="start", step=self.step, parameters=count_parameters(self.model),
-                 speech_minutes=round(self.data.minutes(), 1), device=str(self.device))
+                 speech_minutes=round(self.data.minutes(), 1), device=str(self.device), producer=cfg.producer)
+        try:
+            self._loop(batches, start, budget)
+        finally:
+            batches.close()  # stops the producer
+        self.log(step=self.step, **self.validate())
+        self.save_checkpoint()
+
+    def _loop(self, batches, start: float, budget: float) -> None:
+        cfg = self.cfg
+        last_ckpt = time.time()
+        window_loss, window_t, data_s = [], time.time(), 0.0
         while time.time() - start < budget:
             t0 = time.time()
             batch = next(batches)
@@ -313,8 +278,6 @@ class Trainer:
             if time.time() - last_ckpt > cfg.ckpt_minutes * 60:
                 self.save_checkpoint()
                 last_ckpt = time.time()
-        self.log(step=self.step, **self.validate())
-        self.save_checkpoint()
 
 
 def lr_scale(elapsed: float, budget: float, decay: float) -> float:

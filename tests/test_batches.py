@@ -1,0 +1,82 @@
+"""The training batch producers: in line, in a thread and in a process of their own, they make the same
+batches in the same order, each with the state that restarts the maker right after it, so a resumed run
+continues exactly; a producer process that fails says why, and one that is stopped goes away."""
+
+import multiprocessing
+import time
+
+import pytest
+import torch
+
+from restore.training.batches import BatchMaker, BatchSpec, batches
+from tests.test_trainer import trainer
+
+
+def spec(folder, **over) -> BatchSpec:
+    return BatchSpec(**{"data_dir": str(folder), "device": "cpu", "window": 16000 * 4, "sample_rate": 16000,
+                        "hop": 256, "max_tokens": 64, "batch": 2, "p_uncond": 0.1, "p_drop_text": 0.5,
+                        "pad_text": True, "seed": 3, **over})
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def reference(train_data_dir):
+    """The first four batches made in line, and the maker's state after each."""
+    maker = BatchMaker(spec(train_data_dir))
+    out = []
+    for _ in range(4):
+        b = maker()
+        out.append((b, maker.state()))
+    return out
+
+
+@pytest.mark.parametrize("producer", ["inline", "thread", "process"])
+def test_each_producer_makes_the_same_batches_with_states_that_restart_the_maker(train_data_dir, reference,
+                                                                                 producer):
+    it = batches(BatchMaker(spec(train_data_dir)), producer)
+    got = [next(it) for _ in range(4)]
+    it.close()
+    for (b, state), (ref, _) in zip(got, reference):
+        assert same(b, ref)
+    again = BatchMaker(spec(train_data_dir))
+    again.set_state(got[1][1])  # after batch 2: the maker makes batch 3 next
+    assert same(again(), reference[2][0])
+
+
+def test_a_run_resumed_from_a_checkpoint_trains_on_the_batch_that_came_next(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run", producer="process")
+    it = tr.batches()
+    for _ in range(3):
+        tr.train_step(next(it))
+    tr.save_checkpoint()  # the producer is ahead by now; the checkpoint is not
+    fourth = next(it)
+    it.close()
+    again = trainer(train_data_dir, tmp_path / "run", producer="process")
+    assert again.resume() and again.step == 3
+    assert same(again.batch(), fourth)
+
+
+def test_a_failing_producer_process_says_why(train_data_dir, tmp_path):
+    maker = BatchMaker(spec(train_data_dir))
+    maker.spec = spec(tmp_path / "missing")  # the process builds its own maker from the spec: no data there
+    with pytest.raises(RuntimeError, match=r"producer process failed(.|\n)*missing"):
+        next(batches(maker, "process"))
+
+
+def test_a_stopped_producer_process_goes_away(train_data_dir):
+    it = batches(BatchMaker(spec(train_data_dir)), "process")
+    next(it)
+    assert any(p.name == "restore-batches" for p in multiprocessing.active_children())
+    it.close()
+    deadline = time.time() + 20
+    while any(p.name == "restore-batches" for p in multiprocessing.active_children()) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(p.name == "restore-batches" for p in multiprocessing.active_children())
+
+
+def test_an_unknown_producer_is_refused(train_data_dir, tmp_path):
+    with pytest.raises(ValueError, match="inline, thread, process"):
+        trainer(train_data_dir, tmp_path / "run", producer="gpu")
