@@ -169,6 +169,7 @@ def _process(spec: BatchSpec, state: dict, depth: int) -> Iterator[tuple[Batch, 
             if isinstance(item, str):
                 raise RuntimeError(f"the batch producer process failed:\n{item}")
             b, st = item
+            del item  # hold the producer's memory no longer than the copy below
             if side is not None:
                 with torch.cuda.stream(side):
                     own = tuple(t.clone() if isinstance(t, torch.Tensor) and t.is_cuda else t for t in b)
@@ -193,9 +194,12 @@ def _produce(spec: BatchSpec, state: dict, q, stop, threads: int) -> None:
     number of threads (host arithmetic in another thread count rounds differently)."""
     try:
         torch.set_num_threads(threads)
+        device = torch.device(spec.device)
+        cuda = device.type == "cuda"
+        if cuda:  # sent batches stay allocated here until the trainer lets go: never crowd the trainer out
+            torch.cuda.set_per_process_memory_fraction(0.25, device)
         maker = BatchMaker(spec)
         maker.set_state(state)
-        cuda = maker.device.type == "cuda"
         stream = torch.cuda.Stream(maker.device) if cuda else None
         with torch.cuda.stream(stream):
             while not stop.is_set():
@@ -203,12 +207,16 @@ def _produce(spec: BatchSpec, state: dict, q, stop, threads: int) -> None:
                 if cuda:
                     stream.synchronize()  # the consumer reads it on another stream of another process
                 item = (b, maker.state())
+                del b
                 while not stop.is_set():
                     try:
                         q.put(item, timeout=0.5)
                         break
                     except queue.Full:
                         continue
+                del item
+                if cuda:  # reuse the memory of batches the trainer has copied
+                    torch.cuda.ipc_collect()
     except BaseException:
         q.put(traceback.format_exc())  # the process waits at exit until this has reached the pipe
         return
