@@ -273,23 +273,29 @@ def test_short_files_get_a_short_window_unless_shapes_are_fixed(restorer, tmp_pa
     assert sf.info(str(tmp_path / "o.wav")).frames == sf.info(str(src)).frames
 
 
-def test_strength_scales_the_networks_part_of_each_velocity(restorer, live_model, tmp_path):
+def test_strength_scales_the_networks_part_of_each_velocity_and_keeps_the_level(restorer, live_model, tmp_path):
     """strength s gives what a model whose output layer is scaled by s gives (the raw output is the
-    network's part of the velocity, over the observation skip's linear estimate)."""
-    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000), 16000, subtype="FLOAT")
-    opts = {"sampler": "pro", "steps": 3, "seed": 2}  # guided and stochastic steps both covered
+    network's part of the velocity, over the observation skip's linear estimate), at the level of the
+    full-strength estimate: one window here, so one gain over the whole file."""
+    src = write(tmp_path / "in.wav", speechlike(2.5, 16000), 16000, subtype="FLOAT")
     files = weights.load(live_model)
     state = {k: v * 0.5 if k.startswith("out.") else v for k, v in files.state.items()}
     weights.save(tmp_path / "half", files.model, files.codec, state, dtype=torch.float32)
-    restorer.restore_file(src, tmp_path / "a.wav", strength=0.5, **opts)
-    Restorer(tmp_path / "half", window=WindowConfig(seconds=3.0, overlap=0.5)).restore_file(
-        src, tmp_path / "b.wav", **opts)
-    restorer.restore_file(src, tmp_path / "c.wav", **opts)
-    a, b, c = (restored(tmp_path / f"{n}.wav")[0] for n in "abc")
-    np.testing.assert_allclose(a, b, atol=1e-5)
-    assert not np.allclose(a, c, atol=1e-3)  # and it does change the output
+    half = Restorer(tmp_path / "half", window=WindowConfig(seconds=3.0, overlap=0.5))
+    for opts in ({"sampler": "pro", "steps": 3, "seed": 2}, FAST):  # guided and stochastic steps; one step
+        restorer.restore_file(src, tmp_path / "a.wav", strength=0.5, overwrite=True, **opts)
+        half.restore_file(src, tmp_path / "b.wav", overwrite=True, **opts)
+        restorer.restore_file(src, tmp_path / "c.wav", overwrite=True, **opts)
+        a, b, c = (restored(tmp_path / f"{n}.wav")[0].ravel() for n in "abc")
+        k = float(np.dot(a, b) / np.dot(b, b))
+        np.testing.assert_allclose(a, k * b, atol=1e-5 * max(1.0, k))
+        assert not np.allclose(a, c, atol=1e-3)  # and it does change the output
+    rms = lambda x: float(np.sqrt(np.mean(np.square(x))))  # noqa: E731
+    # at one step the strength-1 output is the full estimate: a takes its level (within what decoding
+    # and cropping a window of the model's inconsistent latents move), b does not
+    assert abs(rms(a) / rms(c) - 1) < abs(rms(b) / rms(c) - 1)
     with pytest.raises(UsageError, match="between 0 and 2"):
-        restorer.restore_file(src, tmp_path / "d.wav", strength=3.0, **opts)
+        restorer.restore_file(src, tmp_path / "d.wav", strength=3.0, **FAST)
 
 
 def test_strength_needs_the_observation_skip(tmp_path):
@@ -303,3 +309,38 @@ def test_strength_needs_the_observation_skip(tmp_path):
     src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
     with pytest.raises(UsageError, match="observation skip"):
         Restorer(tmp_path / "m").restore_file(src, tmp_path / "out.wav", strength=0.5, **FAST)
+
+
+def test_a_lower_strength_takes_the_level_of_the_full_strength_estimate():
+    """The loop on its own, with a network whose correction is large: at one step the output has the
+    audio energy of the full-strength estimate, window by window, where without the codec's level_gain
+    it is far quieter; at strength 1 nothing changes."""
+    from restore.codec import STFTCodec
+    from restore.config import CodecConfig, SamplerConfig
+    from restore.model.precondition import ObsSkip
+    from restore.pipeline.loop import generate_latents
+    import dataclasses
+
+    codec = STFTCodec(CodecConfig(scale=3.0))
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(2, 40, codec.latent_dim, generator=g) * torch.tensor([1.0, 0.2])[:, None, None]
+    raw = torch.randn(obs.shape, generator=g) * 2.0
+
+    class Engine:
+        def velocities(self, x, t, guided):
+            return (raw,) * (3 if guided else 1)
+
+    skip = ObsSkip(codec.latent_dim, gain=0.3).bind(obs)
+    cfg = SamplerConfig(steps=1, guided_until=0.0, churn=0.0)
+    noise = torch.randn(obs.shape, generator=g)
+
+    def last(strength, level_gain):
+        return list(generate_latents(Engine(), noise, dataclasses.replace(cfg, strength=strength), g, skip=skip,
+                                     level_gain=level_gain))[-1][1]
+
+    full = last(1.0, codec.level_gain)
+    assert torch.equal(full, last(1.0, None))
+    quiet, matched = last(0.5, None), last(0.5, codec.level_gain)
+    assert (codec.level_gain(full, quiet).flatten() > 1.5).all()  # the shrinkage left alone: > 7 dB down
+    assert torch.allclose(codec.level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
+    assert torch.allclose(matched / codec.level_gain(matched, quiet), quiet, atol=1e-5)  # only a gain

@@ -231,7 +231,8 @@ class Restorer:
         first = batch[0]
         latents = None
         skip = self.skip.bind(obs) if self.skip is not None else None
-        for i, latents in generate_latents(self.engine, noise(), cfg, noise, self.plan.device, skip):
+        for i, latents in generate_latents(self.engine, noise(), cfg, noise, self.plan.device, skip,
+                                           self.codec.level_gain):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
         return latents
