@@ -18,6 +18,7 @@ from .errors import InputError, UsageError
 MIN_SECONDS = 0.5             # shorter inputs carry too little speech to restore
 MIN_RATE, MAX_RATE = 8000, 192000
 SILENT_PEAK = 10 ** (-90 / 20)  # a file whose peak is below -90 dBFS holds no signal
+PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
 BLOCK_SECONDS = 10.0          # unit of streaming reads
 RESAMPLE_QUALITY = "HQ"
 _READ_FORMATS = set(sf.available_formats())
@@ -109,23 +110,32 @@ def blocks(info: AudioInfo, seconds: float = BLOCK_SECONDS):
         raise InputError(f"{info.path}: reading failed part-way ({_short(e)})") from None
 
 
+def active_power(block: np.ndarray, sample_rate: int) -> tuple[float, int]:
+    """Summed power and sample count of a block's 100 ms pieces that are not digital silence: the
+    level of a recording leaves its silent stretches out."""
+    size = max(1, sample_rate // 10)
+    power, count = 0.0, 0
+    for i in range(0, len(block), size):
+        piece = block[i : i + size]
+        p = float(np.square(piece, dtype=np.float64).sum())
+        if p > 1e-10 * piece.size:
+            power, count = power + p, count + piece.size
+    return power, count
+
+
 def scan(info: AudioInfo) -> Levels:
     """One streaming pass: reject non-finite and silent audio, measure the level the model is fed at,
     and whether the channels are copies of each other."""
     power, count, peak = 0.0, 0, 0.0
     diff_power = 0.0
-    block_len = max(1, info.sample_rate // 10)  # 100 ms: digital silence is left out of the level
     for block in blocks(info):
         if not np.isfinite(block).all():
             raise InputError(f"{info.path}: the audio contains NaN or infinite samples")
         peak = max(peak, float(np.abs(block).max()))
         if info.channels > 1:
             diff_power += float(np.square(block - block[:, :1]).sum())
-        for i in range(0, len(block), block_len):
-            p = float(np.square(block[i : i + block_len], dtype=np.float64).sum())
-            if p > 1e-10 * block[i : i + block_len].size:
-                power += p
-                count += block[i : i + block_len].size
+        p, n = active_power(block, info.sample_rate)
+        power, count = power + p, count + n
     if peak < SILENT_PEAK:
         raise InputError(f"{info.path}: the audio is silent (peak below -90 dBFS); there is no speech to restore")
     rms = float(np.sqrt(power / max(count, 1)))
@@ -187,9 +197,14 @@ def check_output(input_path: Path | None, output: Path, overwrite: bool = True) 
 class AtomicWriter:
     """Writes audio to a hidden temporary file beside the output and renames it into place on
     `commit()`; if the work fails or is interrupted, the temporary file is removed and any existing
-    output stays as it was."""
+    output stays as it was.
 
-    def __init__(self, path: str | Path, sample_rate: int, channels: int, subtype: str | None = None):
+    With `level` (an RMS over the non-silent audio, as `scan` measures it) the audio first goes to a
+    second, float temporary file; `commit()` then writes it out scaled to that level, or lower where the
+    peaks would pass PEAK_CEILING (`limited`), and `gain_db` says by how much."""
+
+    def __init__(self, path: str | Path, sample_rate: int, channels: int, subtype: str | None = None,
+                 level: float | None = None):
         self.path = Path(path)
         ext = self.path.suffix.lower()
         if ext not in WRITE_FORMATS:
@@ -212,27 +227,84 @@ class AtomicWriter:
             raise InputError(f"{self.path}: cannot write {channels} channel(s) at {sample_rate} Hz as "
                              f"{fmt} ({reason})") from None
         self.clipped = 0
+        self.rate, self.level, self.raw, self.raw_path = sample_rate, level, None, None
+        self.gain_db: float | None = None
+        self.limited = False
+        if level is not None:
+            self.power, self.count, self.peak = 0.0, 0, 0.0
+            self.rest = np.zeros((0, channels), np.float32)  # samples not yet in a whole 100 ms piece
+            try:
+                fd, raw = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".float.part", dir=self.path.parent)
+                os.close(fd)
+                self.raw_path = Path(raw)
+                self.raw = sf.SoundFile(raw, "w", samplerate=sample_rate, channels=channels, format="RF64",
+                                        subtype="FLOAT")
+            except Exception as e:
+                self.abort()
+                raise InputError(f"{self.path}: cannot write the output ({_short(e)})") from None
 
     def write(self, block: np.ndarray) -> None:
+        if self.raw is not None:
+            self._measure(block)
+            if len(block):
+                self.peak = max(self.peak, float(np.abs(block).max()))
+            self.raw.write(block)
+            return
+        self._write(block)
+
+    def _write(self, block: np.ndarray) -> None:
         over = np.abs(block) > 1.0
         if over.any():
             self.clipped += int(over.sum())
             block = np.clip(block, -1.0, 1.0)
         self.file.write(block)
 
+    def _measure(self, block: np.ndarray, last: bool = False) -> None:
+        """Active power in 100 ms pieces of the whole stream, whatever the sizes of the blocks written."""
+        data = np.concatenate([self.rest, block]) if len(self.rest) else block
+        size = max(1, self.rate // 10)
+        whole = len(data) if last else len(data) // size * size
+        p, n = active_power(data[:whole], self.rate)
+        self.power, self.count, self.rest = self.power + p, self.count + n, data[whole:]
+
+    def _write_levelled(self) -> None:
+        """The float file, scaled to the level asked for (peaks below PEAK_CEILING), into the output."""
+        self._measure(self.rest[:0], last=True)
+        self.raw.close()
+        rms = (self.power / self.count) ** 0.5 if self.count else 0.0
+        gain = self.level / rms if rms > 0 else 1.0
+        if self.peak * gain > PEAK_CEILING:
+            gain, self.limited = PEAK_CEILING / self.peak, True
+        self.gain_db = 20 * float(np.log10(gain))
+        with sf.SoundFile(str(self.raw_path)) as f:
+            while True:
+                block = f.read(1 << 16, dtype="float32", always_2d=True)
+                if not len(block):
+                    break
+                self._write(block * np.float32(gain))
+        self.raw_path.unlink(missing_ok=True)
+        self.raw = self.raw_path = None
+
     def commit(self) -> None:
         try:
+            if self.raw is not None:
+                self._write_levelled()
             self.file.close()
             os.chmod(self.tmp, FILE_MODE)
             os.replace(self.tmp, self.path)
         except BaseException:
-            self.tmp.unlink(missing_ok=True)  # a failed commit (disk full...) leaves no temporary file
+            self.abort()  # a failed commit (disk full...) leaves no temporary file
             raise
 
     def abort(self) -> None:
-        if not self.file.closed:
+        if getattr(self, "file", None) is not None and not self.file.closed:
             self.file.close()
         self.tmp.unlink(missing_ok=True)
+        if self.raw is not None and not self.raw.closed:
+            self.raw.close()
+        if self.raw_path is not None:
+            self.raw_path.unlink(missing_ok=True)
+        self.raw = None
 
     def __enter__(self) -> "AtomicWriter":
         return self

@@ -38,6 +38,11 @@ class Channels(str, Enum):
     mix = "mix"
 
 
+class Level(str, Enum):
+    input = "input"
+    model = "model"
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
@@ -56,6 +61,7 @@ def restore(
     plan: Annotated[PlanName, typer.Option(help="Which engine runs what (auto picks for this machine).")] = PlanName.auto,
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", help="Output sample rate (default: the input's).")] = None,
     channels: Annotated[Channels, typer.Option(help="auto: restore identical channels once, else each; each: every channel; mix: downmix to mono.")] = Channels.auto,
+    level: Annotated[Level, typer.Option(help="input: the restored file as loud as the input (peaks kept below full scale); model: as the model restores it.")] = Level.input,
     format: Annotated[Optional[str], typer.Option("--format", help="Output extension for folder runs, e.g. flac (default: each input's own).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the shipped model in assets/).")] = None,
@@ -72,7 +78,7 @@ def restore(
     try:
         code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, strength=strength, seed=seed,
                        transcript=transcript, device=device, plan=plan.value, sample_rate=sample_rate,
-                       channels=channels.value, format=format, overwrite=overwrite, model=model, report=report,
+                       channels=channels.value, level=level.value, format=format, overwrite=overwrite, model=model, report=report,
                        batch=batch, trace=trace, mlp_share=mlp_share, compile=compile.value, progress=not quiet and sys.stderr.isatty())
     except RestoreError as e:
         if debug:

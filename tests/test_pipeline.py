@@ -344,3 +344,16 @@ def test_a_lower_strength_takes_the_level_of_the_full_strength_estimate():
     assert (codec.level_gain(full, quiet).flatten() > 1.5).all()  # the shrinkage left alone: > 7 dB down
     assert torch.allclose(codec.level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
     assert torch.allclose(matched / codec.level_gain(matched, quiet), quiet, atol=1e-5)  # only a gain
+
+
+def test_the_restored_file_is_as_loud_as_the_input_unless_asked_otherwise(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000) * 0.3, 16000, subtype="FLOAT")
+    rep = restorer.restore_file(src, tmp_path / "a.wav", **FAST)
+    raw = restorer.restore_file(src, tmp_path / "b.wav", level="model", **FAST)
+    x, a, b = (sf.read(str(p), dtype="float32", always_2d=True)[0] for p in (src, tmp_path / "a.wav", tmp_path / "b.wav"))
+    rms = lambda y: (lambda p, n: (p / n) ** 0.5)(*audio.active_power(y, 16000))  # noqa: E731
+    assert rms(a) == pytest.approx(rms(x), rel=0.01) and not rep.level_limited
+    assert rep.level == "input" and raw.level == "model" and raw.level_gain_db is None
+    assert np.allclose(a, b * 10 ** (rep.level_gain_db / 20), rtol=2e-3, atol=1e-6)  # one gain (reported to 0.01 dB)
+    with pytest.raises(UsageError, match="--level must be one of input, model"):
+        restorer.restore_file(src, tmp_path / "c.wav", level="loud", **FAST)

@@ -19,6 +19,7 @@ from .windows import Geometry, Stitcher, windows
 
 LEVEL_RMS = 0.05      # the input level the model was trained at (restore.training.batches.LEVEL_RMS)
 CHANNEL_MODES = ("auto", "each", "mix")
+LEVEL_MODES = ("input", "model")
 
 
 @dataclass
@@ -36,6 +37,9 @@ class FileReport:
     seed: int
     transcript: str          # "given", "sidecar" or "none"
     clipped_samples: int = 0
+    level: str = "input"                 # "input": levelled to the input's RMS; "model": as restored
+    level_gain_db: float | None = None   # the gain that levelling applied
+    level_limited: bool = False          # the gain was lowered to keep the peaks below full scale
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -76,7 +80,8 @@ class FileJob:
 
     def __init__(self, input: str | Path, output: str | Path, *, model_rate: int, geometry: Geometry,
                  cfg: SamplerConfig, seed: int = 0, transcript: str | None = None, channels: str = "auto",
-                 sample_rate: int | None = None, overwrite: bool = True, tracer=None, short: int | None = None):
+                 sample_rate: int | None = None, overwrite: bool = True, tracer=None, short: int | None = None,
+                 level: str = "input"):
         """`short`: if given, a file shorter than one window gets one window of a multiple of `short`
         samples instead of the full window (plans without fixed shapes)."""
         self.started = time.perf_counter()
@@ -84,6 +89,8 @@ class FileJob:
         self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, seed, tracer
         if channels not in CHANNEL_MODES:
             raise UsageError(f"--channels must be one of {', '.join(CHANNEL_MODES)}, got {channels!r}")
+        if level not in LEVEL_MODES:
+            raise UsageError(f"--level must be one of {', '.join(LEVEL_MODES)}, got {level!r}")
         if sample_rate is not None and not audio.MIN_RATE <= sample_rate <= audio.MAX_RATE:
             raise UsageError(f"--sample-rate must be {audio.MIN_RATE}-{audio.MAX_RATE} Hz, got {sample_rate}")
         self.info = info = audio.probe(self.input)
@@ -109,9 +116,13 @@ class FileJob:
         self.failed: Exception | None = None
         self.report = FileReport(str(self.input), str(self.output), info.duration, 0.0, self.count,
                                  info.sample_rate, self.out_rate, info.channels, self.rows, cfg.to_dict(), seed,
-                                 text_source)
+                                 text_source, level=level)
+        # The model's estimate can come out far quieter than the speech it restores (one step gives a
+        # conditional mean, which shrinks what it is unsure of: ~12 dB on reverberant speech), so by
+        # default the file is levelled to the input's own RMS.
         self.writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels,
-                                         audio.output_subtype(info, self.output.suffix.lower()))
+                                         audio.output_subtype(info, self.output.suffix.lower()),
+                                         level=levels.rms if level == "input" else None)
 
     def windows(self) -> Iterator[Window]:
         sr = self.model_rate
@@ -146,6 +157,8 @@ class FileJob:
         self.writer.commit()
         r = self.report
         r.clipped_samples = self.writer.clipped
+        r.level_gain_db = None if self.writer.gain_db is None else round(self.writer.gain_db, 2)
+        r.level_limited = self.writer.limited
         r.warnings += warnings
         if r.clipped_samples:
             r.warnings.append(f"{r.clipped_samples} output samples were clipped to full scale")
