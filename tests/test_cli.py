@@ -87,6 +87,20 @@ def test_strength_reaches_the_sampler_and_the_report(cli, tmp_path):
     assert bad.exit_code != 0 and "between 0 and 2" in bad.output and not (tmp_path / "out2.wav").exists()
 
 
+def test_level_reaches_the_writer_and_the_report_in_folder_runs(cli, tmp_path):
+    (tmp_path / "in").mkdir()
+    put(tmp_path / "in" / "a.wav", 1.0)
+    result = cli(tmp_path / "in", "-o", tmp_path / "out", "--level", "model")
+    assert result.exit_code == 0, result.output
+    rep = json.loads((tmp_path / "out" / "restore-report.json").read_text())["files"][0]
+    assert rep["level"] == "model" and rep["level_gain_db"] is None
+    levelled = cli(tmp_path / "in", "-o", tmp_path / "out2")
+    rep = json.loads((tmp_path / "out2" / "restore-report.json").read_text())["files"][0]
+    assert levelled.exit_code == 0 and rep["level"] == "input" and isinstance(rep["level_gain_db"], float)
+    bad = cli(tmp_path / "in", "-o", tmp_path / "out3", "--level", "loud")
+    assert bad.exit_code != 0 and not (tmp_path / "out3").exists()
+
+
 def test_single_file_default_output_and_report(cli, tmp_path):
     src = put(tmp_path / "talk.wav")
     (tmp_path / "talk.txt").write_text("hello there")
