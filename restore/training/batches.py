@@ -52,6 +52,9 @@ Batch = tuple  # (clean, degraded, use_cond, ids, mask, frame_mask)
 
 
 class BatchMaker:
+    """Random training windows (data.py), degraded (degrade.py), level-normalised, with condition and
+    transcript dropout drawn: one batch per call, a function of the spec and the random state alone."""
+
     def __init__(self, spec: BatchSpec):
         self.spec = spec
         self.device = torch.device(spec.device)
