@@ -259,19 +259,21 @@ class AtomicWriter:
             block = np.clip(block, -1.0, 1.0)
         self.file.write(block)
 
-    def _measure(self, block: np.ndarray, last: bool = False) -> None:
-        """Active power in 100 ms pieces of the whole stream, whatever the sizes of the blocks written."""
+    def _measure(self, block: np.ndarray) -> None:
+        """Active power in 100 ms pieces of the whole stream, whatever the sizes of the blocks written:
+        a piece not yet whole waits in `rest`."""
         data = np.concatenate([self.rest, block]) if len(self.rest) else block
         size = max(1, self.rate // 10)
-        whole = len(data) if last else len(data) // size * size
+        whole = len(data) // size * size
         p, n = active_power(data[:whole], self.rate)
         self.power, self.count, self.rest = self.power + p, self.count + n, data[whole:]
 
     def _write_levelled(self) -> None:
         """The float file, scaled to the level asked for (peaks below PEAK_CEILING), into the output."""
-        self._measure(self.rest[:0], last=True)
+        p, n = active_power(self.rest, self.rate)  # the last, shorter piece
+        power, count = self.power + p, self.count + n
         self.raw.close()
-        rms = (self.power / self.count) ** 0.5 if self.count else 0.0
+        rms = (power / count) ** 0.5 if count else 0.0
         gain = self.level / rms if rms > 0 else 1.0
         if self.peak * gain > PEAK_CEILING:
             gain, self.limited = PEAK_CEILING / self.peak, True
@@ -297,7 +299,7 @@ class AtomicWriter:
             raise
 
     def abort(self) -> None:
-        if getattr(self, "file", None) is not None and not self.file.closed:
+        if not self.file.closed:
             self.file.close()
         self.tmp.unlink(missing_ok=True)
         if self.raw is not None and not self.raw.closed:
