@@ -200,7 +200,8 @@ def _produce(spec: BatchSpec, state: dict, q, stop, threads: int) -> None:
         device = torch.device(spec.device)
         cuda = device.type == "cuda"
         if cuda:  # sent batches stay allocated here until the trainer lets go: never crowd the trainer out
-            torch.cuda.set_per_process_memory_fraction(0.25, device)
+            index = torch.cuda.current_device() if device.index is None else device.index
+            torch.cuda.set_per_process_memory_fraction(0.25, index)
         maker = BatchMaker(spec)
         maker.set_state(state)
         stream = torch.cuda.Stream(maker.device) if cuda else None
