@@ -100,7 +100,8 @@ class SamplerConfig(BaseConfig):
     w_t: float = 1.5           # guidance of the transcript over no transcript
     churn: float = 0.3         # fresh noise per step, as a fraction of ancestral sampling's (0: ODE)
     strength: float = 1.0      # share of the network's correction on top of the observation skip's linear
-                               # estimate (0: the linear estimate alone; models with the skip only)
+                               # estimate, taken on the full-strength result (0: the linear estimate alone;
+                               # models with the skip only)
 
     @classmethod
     def preset(cls, name: str) -> "SamplerConfig":

@@ -273,16 +273,16 @@ def test_short_files_get_a_short_window_unless_shapes_are_fixed(restorer, tmp_pa
     assert sf.info(str(tmp_path / "o.wav")).frames == sf.info(str(src)).frames
 
 
-def test_strength_scales_the_networks_part_of_each_velocity_and_keeps_the_level(restorer, live_model, tmp_path):
-    """strength s gives what a model whose output layer is scaled by s gives (the raw output is the
-    network's part of the velocity, over the observation skip's linear estimate), at the level of the
-    full-strength estimate: one window here, so one gain over the whole file."""
+def test_strength_at_one_step_scales_the_networks_part_and_keeps_the_level(restorer, live_model, tmp_path):
+    """At one step strength s gives what a model whose output layer is scaled by s gives (the raw output
+    is the network's part of the velocity, over the observation skip's linear estimate), at the level of
+    the full-strength estimate: one window here, so one gain over the whole file."""
     src = write(tmp_path / "in.wav", speechlike(2.5, 16000), 16000, subtype="FLOAT")
     files = weights.load(live_model)
     state = {k: v * 0.5 if k.startswith("out.") else v for k, v in files.state.items()}
     weights.save(tmp_path / "half", files.model, files.codec, state, dtype=torch.float32)
     half = Restorer(tmp_path / "half", window=WindowConfig(seconds=3.0, overlap=0.5))
-    for opts in ({"sampler": "pro", "steps": 3, "seed": 2}, FAST):  # guided and stochastic steps; one step
+    for opts in ({"sampler": "pro", "steps": 1, "seed": 2}, FAST):  # guided and unguided
         restorer.restore_file(src, tmp_path / "a.wav", strength=0.5, overwrite=True, **opts)
         half.restore_file(src, tmp_path / "b.wav", overwrite=True, **opts)
         restorer.restore_file(src, tmp_path / "c.wav", overwrite=True, **opts)
@@ -344,6 +344,45 @@ def test_a_lower_strength_takes_the_level_of_the_full_strength_estimate():
     assert (codec.level_gain(full, quiet).flatten() > 1.5).all()  # the shrinkage left alone: > 7 dB down
     assert torch.allclose(codec.level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
     assert torch.allclose(matched / codec.level_gain(matched, quiet), quiet, atol=1e-5)  # only a gain
+
+
+def test_strength_blends_the_full_strength_result_with_the_linear_estimate():
+    """Over several guided and stochastic steps the sampler runs at full strength (the same path and
+    noise draws as strength 1) and strength s keeps lin + s (x - lin) of its result, lin being the
+    observation skip's clean estimate at the first step without the network: scaling every step's
+    correction instead would leave part of each step's noise in the output."""
+    from restore.codec import STFTCodec
+    from restore.config import CodecConfig, SamplerConfig
+    from restore.model.precondition import ObsSkip
+    from restore.pipeline.loop import generate_latents
+    from restore.sampling import combine
+    import dataclasses
+
+    codec = STFTCodec(CodecConfig(scale=3.0))
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(2, 40, codec.latent_dim, generator=g)
+    weights = (torch.randn(obs.shape, generator=g), torch.randn(obs.shape, generator=g) * 0.5)
+
+    class Engine:  # a stand-in network whose output depends on x, so that every step matters
+        def velocities(self, x, t, guided):
+            out = weights[0] * x.tanh() + weights[1] * t
+            return (out, 1.1 * out, 0.9 * out) if guided else (out,)
+
+    skip = ObsSkip(codec.latent_dim, gain=0.3).bind(obs)
+    cfg = SamplerConfig(steps=4, guided_until=0.5, churn=0.3)
+    noise = torch.randn(obs.shape, generator=g)
+
+    def last(strength, level_gain=None):
+        return list(generate_latents(Engine(), noise, dataclasses.replace(cfg, strength=strength),
+                                     torch.Generator().manual_seed(5), skip=skip, level_gain=level_gain))[-1][1]
+
+    full = last(1.0)
+    zero = torch.zeros_like(noise)
+    lin = noise - combine(*skip((zero,) * 3, noise, 1.0), cfg.w_so, cfg.w_t)  # t = 1, guided first step
+    for s in (0.0, 0.5, 1.5):
+        assert torch.allclose(last(s), lin + s * (full - lin), atol=1e-5)
+    matched = last(0.5, codec.level_gain)
+    assert torch.allclose(codec.level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
 
 
 def test_the_restored_file_is_as_loud_as_the_input_unless_asked_otherwise(restorer, tmp_path):

@@ -30,10 +30,13 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
     """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0. `skip` (a BoundSkip, for
     models with the observation skip) turns the engine's raw outputs into velocities.
 
-    A strength below 1 keeps part of the linear estimate, which is a strong shrinkage of the input
-    (gains of ~0.1-0.4 on the latents): on its own it would leave the output ~9 dB quieter than the
-    model's full estimate. With `level_gain` (the codec's), the final latents take the audio energy of
-    the full-strength clean estimate at the first step, window by window.
+    The steps always run at full strength. A strength s other than 1 then keeps part of the linear
+    estimate (the observation skip's clean estimate at the first step with the network's part left out):
+    the output is lin + s (x - lin). At one step that is exactly what a network whose output is scaled by
+    s gives; at more steps it keeps the sampler sound, where scaling every step's correction would leave
+    part of each step's noise in. The linear estimate is a strong shrinkage of the input (gains of
+    ~0.1-0.4 on the latents), so with `level_gain` (the codec's) the output takes the audio energy of the
+    full-strength result, window by window.
 
     Fresh noise for stochastic steps comes from the CPU (a generator, or a function drawing one tensor
     of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
@@ -43,23 +46,22 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
     guided = guided_steps(cfg.steps, cfg.guided_until)
     fresh_steps = fresh_noise_steps(cfg)
     x = noise.float().to(device)
-    match = skip is not None and cfg.strength != 1.0 and level_gain is not None
-    gain = full = None
+    lin = None
     for i in range(cfg.steps):
         vs = engine.velocities(x, ts[i], guided[i])
+        pick = (lambda v3: combine(*v3, cfg.w_so, cfg.w_t)) if guided[i] else (lambda v1: v1[0])
         if skip is not None:
             raw = tuple(v.to(device) for v in vs)
-            if match and i == 0:
-                full = skip(raw, x, ts[i])
-            if cfg.strength != 1.0:  # the raw outputs are the network's part of each velocity
-                raw = tuple(r * cfg.strength for r in raw)
+            if i == 0 and cfg.strength != 1.0:
+                lin = x - ts[0] * pick(skip(tuple(torch.zeros_like(r) for r in raw), x, ts[0]))
             vs = skip(raw, x, ts[i])
-        v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
-        if full is not None:  # the full-strength and the scaled clean estimate at the first step
-            v_full = combine(*full, cfg.w_so, cfg.w_t) if guided[i] else full[0]
-            gain, full = level_gain(x - ts[i] * v_full, x - ts[i] * v), None
+        v = pick(vs)
         fresh = None
         if fresh_steps[i]:
             fresh = (generator() if callable(generator) else torch.randn(x.shape, generator=generator)).to(device)
         x = step(x, v.to(device), ts[i], ts[i + 1], cfg.churn, fresh)
-        yield i, (x * gain if gain is not None and i == cfg.steps - 1 else x)
+        if lin is None or i < cfg.steps - 1:
+            yield i, x
+            continue
+        out = lin + cfg.strength * (x - lin)
+        yield i, (out * level_gain(x, out) if level_gain is not None else out)
