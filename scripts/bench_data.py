@@ -10,9 +10,8 @@ part is timed with the device synchronised around it, over --n batches after two
 the parts add up to a producer that runs alone; in training it overlaps the step.
 
 --step times the training step as training runs it (compiled, bf16) on one fixed batch with no producer
-running, then fed by each producer (a thread of the training process, and a process of its own), and
-the producer alone. Where a fed step is slower than the fixed one by more than its wait, the producer
-slows the step down rather than making it wait.
+running, then fed by the background-thread producer, and the producer alone. Where a fed step is slower
+than the fixed one by more than its wait, the producer slows the step down rather than making it wait.
 """
 
 from __future__ import annotations
@@ -117,8 +116,8 @@ def main() -> None:
 
 
 def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
-    """ms per step: on a fixed batch with no producer, fed by each producer beside it (and the part of
-    that spent waiting for a batch), and the producer alone. Steps are not synchronised one by one, as
+    """ms per step: on a fixed batch with no producer, fed by the thread producer beside it (and the part
+    of that spent waiting for a batch), and the producer alone. Steps are not synchronised one by one, as
     in training: the host runs ahead until the device's queue is full."""
     fixed = tr.batch()
     for _ in range(3):  # compile, forward and backward
@@ -129,23 +128,22 @@ def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
         tr.train_step(fixed)
     sync()
     out = {"step, fixed batch, no producer": 1000 * (time.perf_counter() - t0) / n}
-    for producer in ("thread", "process"):
-        it = batches(tr.maker, producer)
-        for _ in range(3):  # the process starts, the queue fills
-            tr.train_step(next(it)[0])
-        time.sleep(2.0)
-        sync()
-        wait = 0.0
-        t0 = time.perf_counter()
-        for _ in range(n):
-            t1 = time.perf_counter()
-            b = next(it)[0]
-            wait += time.perf_counter() - t1
-            tr.train_step(b)
-        sync()
-        out[f"step fed by the {producer} producer"] = 1000 * (time.perf_counter() - t0) / n
-        out[f"  of which waiting ({producer})"] = 1000 * wait / n
-        it.close()  # stops the producer
+    it = batches(tr.maker, "thread")
+    for _ in range(3):  # the queue fills
+        tr.train_step(next(it)[0])
+    time.sleep(2.0)
+    sync()
+    wait = 0.0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        t1 = time.perf_counter()
+        b = next(it)[0]
+        wait += time.perf_counter() - t1
+        tr.train_step(b)
+    sync()
+    out["step fed by the thread producer"] = 1000 * (time.perf_counter() - t0) / n
+    out["  of which waiting (thread)"] = 1000 * wait / n
+    it.close()  # stops the producer
     time.sleep(1.0)
     sync()
     t0 = time.perf_counter()

@@ -1,9 +1,5 @@
-"""The training batch producers: in line, in a thread and in a process of their own, they make the same
-batches in the same order, each with the state that restarts the maker right after it, so a resumed run
-continues exactly; a producer process that fails says why, and one that is stopped goes away."""
-
-import multiprocessing
-import time
+"""The training batch producers: in line and in a thread they make the same batches in the same order,
+each with the state that restarts the maker right after it, so a resumed run continues exactly."""
 
 import pytest
 import torch
@@ -33,7 +29,7 @@ def reference(train_data_dir):
     return out
 
 
-@pytest.mark.parametrize("producer", ["inline", "thread", "process"])
+@pytest.mark.parametrize("producer", ["inline", "thread"])
 def test_each_producer_makes_the_same_batches_with_states_that_restart_the_maker(train_data_dir, reference,
                                                                                  producer):
     it = batches(BatchMaker(spec(train_data_dir)), producer)
@@ -47,36 +43,18 @@ def test_each_producer_makes_the_same_batches_with_states_that_restart_the_maker
 
 
 def test_a_run_resumed_from_a_checkpoint_trains_on_the_batch_that_came_next(train_data_dir, tmp_path):
-    tr = trainer(train_data_dir, tmp_path / "run", producer="process")
+    tr = trainer(train_data_dir, tmp_path / "run", producer="thread")
     it = tr.batches()
     for _ in range(3):
         tr.train_step(next(it))
     tr.save_checkpoint()  # the producer is ahead by now; the checkpoint is not
     fourth = next(it)
     it.close()
-    again = trainer(train_data_dir, tmp_path / "run", producer="process")
+    again = trainer(train_data_dir, tmp_path / "run", producer="thread")
     assert again.resume() and again.step == 3
     assert same(again.batch(), fourth)
 
 
-def test_a_failing_producer_process_says_why(train_data_dir, tmp_path):
-    maker = BatchMaker(spec(train_data_dir))
-    maker.spec = spec(tmp_path / "missing")  # the process builds its own maker from the spec: no data there
-    with pytest.raises(RuntimeError, match=r"producer process failed(.|\n)*missing"):
-        next(batches(maker, "process"))
-
-
-def test_a_stopped_producer_process_goes_away(train_data_dir):
-    it = batches(BatchMaker(spec(train_data_dir)), "process")
-    next(it)
-    assert any(p.name == "restore-batches" for p in multiprocessing.active_children())
-    it.close()
-    deadline = time.time() + 20
-    while any(p.name == "restore-batches" for p in multiprocessing.active_children()) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not any(p.name == "restore-batches" for p in multiprocessing.active_children())
-
-
 def test_an_unknown_producer_is_refused(train_data_dir, tmp_path):
-    with pytest.raises(ValueError, match="inline, thread, process"):
+    with pytest.raises(ValueError, match="inline, thread"):
         trainer(train_data_dir, tmp_path / "run", producer="gpu")

@@ -1,5 +1,5 @@
 """Training batches: one maker that assembles windows and degrades them, and the producers that run it
-beside the training step (in line, in a thread, or in a process of its own).
+beside the training step (in line, or in a background thread).
 
 Every batch travels with the maker's random state after it was made, so a checkpoint taken after
 step n restarts the producer at batch n + 1 exactly, whichever producer ran and however far ahead it was.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import traceback
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -20,7 +19,7 @@ from .data import TrainingData
 from .degrade import DegradeConfig, Degrader
 
 LEVEL_RMS = 0.05  # degraded input is normalised to this RMS; the codec scale assumes it
-PRODUCERS = ("inline", "thread", "process")
+PRODUCERS = ("inline", "thread")
 
 
 def level_normalise(clean: torch.Tensor, degraded: torch.Tensor, lengths: torch.Tensor):
@@ -32,7 +31,7 @@ def level_normalise(clean: torch.Tensor, degraded: torch.Tensor, lengths: torch.
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """All a maker needs, picklable, so that another process can build the same maker."""
+    """All a maker needs."""
     data_dir: str
     device: str
     window: int                 # samples
@@ -97,8 +96,6 @@ def batches(maker: BatchMaker, producer: str, depth: int = 3) -> Iterator[tuple[
         return _inline(maker)
     if producer == "thread":
         return _thread(maker, depth)
-    if producer == "process":
-        return _process(maker.spec, maker.state(), depth)
     raise ValueError(f"unknown producer {producer!r}: choose one of {', '.join(PRODUCERS)}")
 
 
@@ -143,88 +140,6 @@ def _thread(maker: BatchMaker, depth: int) -> Iterator[tuple[Batch, dict]]:
     finally:
         stop.set()
         _drain(q)
-
-
-def _process(spec: BatchSpec, state: dict, depth: int) -> Iterator[tuple[Batch, dict]]:
-    """Built ahead in a process of its own (its own interpreter and CUDA context on the same device), so
-    that its Python runs beside the step's instead of taking turns with it. On a GPU the batches come
-    over CUDA IPC and are copied at once into this process's memory, on a side stream that waits for
-    nothing else, so that the producer may reuse its buffers as soon as the copy is done."""
-    ctx = torch.multiprocessing.get_context("spawn")
-    q = ctx.Queue(maxsize=depth)
-    stop = ctx.Event()
-    proc = ctx.Process(target=_produce, args=(spec, state, q, stop, torch.get_num_threads()), daemon=True,
-                       name="restore-batches")
-    proc.start()
-    device = torch.device(spec.device)
-    side = torch.cuda.Stream(device) if device.type == "cuda" else None
-    try:
-        while True:
-            try:
-                item = q.get(timeout=5.0)
-            except queue.Empty:
-                if proc.is_alive():
-                    continue
-                try:  # it may have said why just before it ended
-                    item = q.get(timeout=1.0)
-                except queue.Empty:
-                    raise RuntimeError(f"the batch producer process died (exit code {proc.exitcode})") from None
-            if isinstance(item, str):
-                raise RuntimeError(f"the batch producer process failed:\n{item}")
-            b, st = item
-            del item  # hold the producer's memory no longer than the copy below
-            if side is not None:
-                with torch.cuda.stream(side):
-                    own = tuple(t.clone() if isinstance(t, torch.Tensor) and t.is_cuda else t for t in b)
-                side.synchronize()
-                for t in own:
-                    if isinstance(t, torch.Tensor) and t.is_cuda:
-                        t.record_stream(torch.cuda.current_stream(device))
-                del b
-                b = own
-            yield b, st
-    finally:
-        stop.set()
-        _drain(q)
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=5)
-
-
-def _produce(spec: BatchSpec, state: dict, q, stop, threads: int) -> None:
-    """The producer process: the same maker, started from the trainer's state, with the trainer's
-    number of threads (host arithmetic in another thread count rounds differently)."""
-    try:
-        torch.set_num_threads(threads)
-        device = torch.device(spec.device)
-        cuda = device.type == "cuda"
-        if cuda:  # sent batches stay allocated here until the trainer lets go: never crowd the trainer out
-            index = torch.cuda.current_device() if device.index is None else device.index
-            torch.cuda.set_per_process_memory_fraction(0.25, index)
-        maker = BatchMaker(spec)
-        maker.set_state(state)
-        stream = torch.cuda.Stream(maker.device) if cuda else None
-        with torch.cuda.stream(stream):
-            while not stop.is_set():
-                b = maker()
-                if cuda:
-                    stream.synchronize()  # the consumer reads it on another stream of another process
-                item = (b, maker.state())
-                del b
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
-                del item
-                if cuda:  # reuse the memory of batches the trainer has copied
-                    torch.cuda.ipc_collect()
-    except BaseException:
-        q.put(traceback.format_exc())  # the process waits at exit until this has reached the pipe
-        return
-    q.cancel_join_thread()  # stopped: batches still queued may be dropped
 
 
 def _drain(q) -> None:

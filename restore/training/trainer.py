@@ -54,7 +54,7 @@ class TrainConfig(BaseConfig):
     seed: int = 0
     compile: bool = True
     bf16: bool = True
-    producer: str = "thread"    # where batches are made beside the step: inline, thread or process (batches.py)
+    producer: str = "thread"    # where batches are made beside the step: inline or thread (batches.py)
 
 
 class Trainer:
