@@ -142,10 +142,10 @@ def _thread(maker: BatchMaker, depth: int) -> Iterator[tuple[Batch, dict]]:
         _drain(q)
 
 
-def _drain(q) -> None:
-    """Empty a producer's queue so that a producer blocked on put sees the stop flag."""
+def _drain(q: queue.Queue) -> None:
+    """Empty the producer's queue so that a producer blocked on put sees the stop flag."""
     try:
         while True:
             q.get_nowait()
-    except (queue.Empty, OSError, ValueError):
+    except queue.Empty:
         pass
