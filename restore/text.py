@@ -39,7 +39,7 @@ def batch(texts: list[str | None], max_tokens: int, device=None) -> tuple[torch.
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s)
         mask[i, : len(s)] = True
-    return ids.to(device), mask.to(device)
+    return ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)  # no wait for the device
 
 
 def window_share(text: str | None, start: float, end: float, duration: float, margin: float = 0.1) -> str | None:

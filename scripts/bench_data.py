@@ -9,6 +9,9 @@ At batch 32 the producer, not the GPU, bounds training (docs/training.md, "Two r
 part is timed with the device synchronised around it, over --n batches after two warm-up batches, so
 the parts add up to a producer that runs alone; in training it overlaps the step.
 
+On CUDA it also counts the host synchronisations one batch makes (CUDA's sync debug mode): each one
+waits for every kernel queued before it, which beside the training step means behind the step's.
+
 --step times the training step as training runs it (compiled, bf16) on one fixed batch with no producer
 running, then fed by the background-thread producer, and the producer alone. Where a fed step is slower
 than the fixed one by more than its wait, the producer slows the step down rather than making it wait.
@@ -20,6 +23,7 @@ import argparse
 import json
 import tempfile
 import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -79,8 +83,9 @@ def main() -> None:
         cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=args.step, bf16=args.step)
         tr = Trainer(cfg, ModelConfig(precondition="obs_skip"), CodecConfig(scale=3.0), data, Path(tmp) / "run",
                      device=args.device)
+        syncs = host_syncs(tr.maker)  # before any timing wrapper adds its own
         if args.step:
-            report(args, step_timings(tr, args.n, sync))
+            report(args, step_timings(tr, args.n, sync), syncs)
             return
 
         times: dict[str, float] = defaultdict(float)
@@ -112,7 +117,7 @@ def main() -> None:
 
     per = {k: 1000 * v / args.n for k, v in sorted(times.items())}
     per["batch (all)"] = 1000 * total / args.n
-    report(args, per)
+    report(args, per, syncs)
 
 
 def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
@@ -154,15 +159,32 @@ def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
     return out
 
 
-def report(args, per: dict[str, float]) -> None:
-    what = "steps" if args.step else "batches"
-    print(f"device {args.device}, batch {args.batch} x {args.window:g} s, {args.n} {what}; ms per {what[:-1]}:")
+def host_syncs(make, n: int = 3) -> float | None:
+    """Host synchronisations per batch (CUDA's sync debug mode warns at each), or None off CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(n):
+                make()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught) / n
+
+
+def report(args, per: dict[str, float], syncs: float | None) -> None:
+    one, many = ("step", "steps") if args.step else ("batch", "batches")
+    print(f"device {args.device}, batch {args.batch} x {args.window:g} s, {args.n} {many}; ms per {one}:")
     for k, v in per.items():
         print(f"  {k:32s} {v:8.1f}")
+    if syncs is not None:
+        print(f"  host syncs per batch             {syncs:8.1f}")
     if args.out:
         key = {"mode": "step", "ms": per} if args.step else {"ms_per_batch": per}
-        args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window, **key},
-                                       indent=2))
+        args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window, **key,
+                                        "host_syncs_per_batch": syncs}, indent=2))
 
 
 if __name__ == "__main__":

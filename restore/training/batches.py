@@ -17,6 +17,7 @@ import torch
 from .. import text as text_mod
 from .data import TrainingData
 from .degrade import DegradeConfig, Degrader
+from .transfer import to_device
 
 LEVEL_RMS = 0.05  # degraded input is normalised to this RMS; the codec scale assumes it
 PRODUCERS = ("inline", "thread")
@@ -87,7 +88,7 @@ class BatchMaker:
             mask = torch.nn.functional.pad(mask, (0, pad), value=False)
         frames = (lengths + s.hop - 1) // s.hop
         frame_mask = torch.arange(s.window // s.hop, device=self.device)[None] < frames[:, None]
-        return clean, degraded, use_cond.to(self.device), ids, mask, frame_mask
+        return clean, degraded, to_device(use_cond, self.device), ids, mask, frame_mask
 
 
 def batches(maker: BatchMaker, producer: str, depth: int = 3) -> Iterator[tuple[Batch, dict]]:

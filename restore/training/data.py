@@ -14,6 +14,7 @@ import torch
 
 from .. import text as text_mod
 from .floor import suppress_floor
+from .transfer import to_device
 
 
 @dataclass
@@ -98,9 +99,18 @@ class TrainingData:
         """(B, window) float clean audio at random gain, the same windows of the targets (the same
         tensor when no floor is lowered), each window's transcript (None when any part of it has none),
         and (B,) the number of samples before the zero tail."""
-        out = torch.zeros(batch, self.window, device=self.device)
-        pieces: list[tuple[int, int, int, int]] = []  # (row, position, bank offset, length)
-        gains: list[float] = []
+        plan = self.plan(batch)
+        out = self.assemble(self.speech, plan)
+        peak = out.abs().amax(-1).clamp_min(1e-4)
+        gains = torch.minimum(to_device([10 ** (g / 20) for g in plan.gain_db], self.device), 0.99 / peak)[:, None]
+        clean = out * gains
+        target = clean if self.target is self.speech else self.assemble(self.target, plan) * gains
+        return clean, target, plan.texts, to_device(plan.ends, self.device)
+
+    def plan(self, batch: int) -> "WindowPlan":
+        """What each window holds, drawn from the random state alone (on the host)."""
+        pieces: list[tuple[int, int, int, int]] = []
+        gain_db: list[float] = []
         texts: list[str | None] = []
         ends: list[int] = []
         for b in range(batch):
@@ -114,7 +124,6 @@ class TrainingData:
                 skip = self.rng.randrange(c.length // 2) if first else 0
                 first = False
                 n = min(c.length - skip, end - pos)
-                out[b, pos : pos + n] = self.speech[c.start + skip : c.start + skip + n].float() / 32768
                 pieces.append((b, pos, c.start + skip, n))
                 if c.text:
                     w = text_mod.normalize(c.text).split()
@@ -125,21 +134,28 @@ class TrainingData:
                 pos = last + self.rng.randint(0, self.max_gap)
             texts.append(" ".join(words) if labelled and words else None)
             ends.append(last)
-            gain_db = self.rng.uniform(-12.0, 6.0)
-            peak = out[b].abs().max().clamp_min(1e-4)
-            gains.append(min(10 ** (gain_db / 20), 0.99 / peak.item()))
-            out[b] *= gains[-1]
-        return out, self._targets(out, pieces, gains), texts, torch.tensor(ends, device=self.device)
+            gain_db.append(self.rng.uniform(-12.0, 6.0))
+        return WindowPlan(batch, pieces, gain_db, texts, ends)
 
-    def _targets(self, out: torch.Tensor, pieces: list[tuple[int, int, int, int]], gains: list[float]) -> torch.Tensor:
-        """The windows `out` was assembled from, taken from the target bank at the same gains (`out`
-        itself when the targets are the recordings)."""
-        if self.target is self.speech:
-            return out
-        tgt = torch.zeros_like(out)
-        for b, pos, start, n in pieces:
-            tgt[b, pos : pos + n] = self.target[start : start + n].float() / 32768
-        return tgt * torch.tensor(gains, device=out.device)[:, None]
+    def assemble(self, bank: torch.Tensor, plan: "WindowPlan") -> torch.Tensor:
+        """The planned windows (B, window) from an int16 bank, as floats, silent in the gaps: one gather
+        on the device, whatever the number of pieces (a copy per piece was hundreds of small kernels)."""
+        rows, pos, start, n = to_device(plan.pieces, self.device, torch.long).unbind(-1)
+        marks = torch.zeros(plan.batch * self.window, dtype=torch.long, device=self.device)
+        marks[rows * self.window + pos] = torch.arange(1, len(plan.pieces) + 1, device=self.device)
+        piece = marks.view(plan.batch, self.window).cummax(-1).values - 1  # every row starts with a piece
+        offset = torch.arange(self.window, device=self.device) - pos[piece]
+        src = (start[piece] + offset).clamp_max(bank.shape[0] - 1)
+        return torch.where(offset < n[piece], bank[src].float() / 32768, 0.0)
+
+
+@dataclass
+class WindowPlan:
+    batch: int
+    pieces: list[tuple[int, int, int, int]]  # (row, position in the window, bank offset, length)
+    gain_db: list[float]                     # per row, before the peak limit
+    texts: list[str | None]
+    ends: list[int]                          # per row, samples before the zero tail
 
 
 def load_validation(folder: str | Path, device) -> tuple[torch.Tensor, torch.Tensor]:

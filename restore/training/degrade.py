@@ -2,7 +2,8 @@
 
 Seeded, composable, device-agnostic torch, batched: parameters are drawn per clip on the CPU (so a
 seed gives the same choices everywhere), then every effect runs once over all the clips it applies to,
-without host synchronisation, so it keeps up with training on the GPU. Each effect has its own
+without host synchronisation (every host-made value reaches the device through transfer.to_device,
+never a blocking copy), so it keeps up with training on the GPU. Each effect has its own
 probability and parameter range (DegradeConfig) and they apply in the order a signal meets them:
 
   reverb -> eq -> noise -> hum -> clip -> bandlimit -> codec -> dropout -> gain
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import BaseConfig
+from .transfer import to_device
 
 KINDS = ("reverb", "eq", "noise", "hum", "clip", "bandlimit", "codec", "dropout", "gain")
 
@@ -152,7 +154,7 @@ class Degrader:
         for kind in KINDS:
             rows = [i for i in range(b) if kind in plans[i]]
             if rows:
-                idx = torch.tensor(rows, device=x.device)
+                idx = to_device(rows, x.device)
                 x[idx] = getattr(self, "_" + kind)(x[idx], [plans[i][kind] for i in rows])
         records = [[{"kind": k, **{p: v for p, v in plan[k].items() if not p.startswith("_")}}
                     for k in KINDS if k in plan] for plan in plans]
@@ -219,10 +221,10 @@ class Degrader:
         h = torch.zeros(len(params), k, device=x.device)
         sim = [i for i, p in enumerate(params) if p["rir"] == "simulated"]
         if sim:
-            h[sim] = self.simulated_rirs([params[i] for i in sim], x.device)
-        for i, p in enumerate(params):
-            if p["rir"] != "simulated":
-                h[i] = self.rirs[p["_index"]]
+            h[to_device(sim, x.device)] = self.simulated_rirs([params[i] for i in sim], x.device)
+        real = [i for i, p in enumerate(params) if p["rir"] != "simulated"]
+        if real:
+            h[to_device(real, x.device)] = self.rirs[to_device([params[i]["_index"] for i in real], x.device)]
         return _convolve(x, h)
 
     def simulated_rirs(self, params: list[dict], device) -> torch.Tensor:
@@ -233,22 +235,22 @@ class Degrader:
         k = int(self.config.rir_seconds * sr)
         s = len(params)
         t = torch.arange(k, device=device) / sr
-        rt60 = torch.tensor([p["rt60_s"] for p in params], device=device)[:, None]
-        drr = torch.tensor([p["drr_db"] for p in params], device=device)[:, None]
+        rt60 = to_device([p["rt60_s"] for p in params], device)[:, None]
+        drr = to_device([p["drr_db"] for p in params], device)[:, None]
         early = torch.zeros(s, k)
         early[:, 0] = 1.0
         for i, p in enumerate(params):
             for delay, amp in p["_reflections"]:
                 early[i, delay] += amp * math.exp(-6.91 * delay / sr / p["rt60_s"])
         spec = torch.fft.rfft(_randn((s, k), [p["_seed"] for p in params], device))
-        freqs = torch.fft.rfftfreq(k, 1 / sr).to(device)
+        freqs = torch.fft.rfftfreq(k, 1 / sr, device=device)
         tail = torch.zeros(s, k, device=device)
         for lo, hi, factor in ((0, 500, 1.25), (500, 4000, 1.0), (4000, sr / 2 + 1, 0.6)):
             band = torch.fft.irfft(spec * ((freqs >= lo) & (freqs < hi)), n=k)
             tail = tail + band * torch.exp(-6.91 * t / (rt60 * factor))
         tail = tail * torch.clamp((t - 0.002) / 0.01, 0, 1)  # the tail builds up after the direct sound
         tail = tail * torch.sqrt(10 ** (-drr / 10) / tail.square().sum(-1, keepdim=True).clamp_min(1e-12))
-        return early.to(device) + tail
+        return to_device(early, device) + tail
 
     def simulated_rir(self, rt60: float, drr_db: float, seed: int = 0, device="cpu") -> torch.Tensor:
         """One simulated RIR (K,) with no early reflections beyond the direct path."""
@@ -270,11 +272,12 @@ class Degrader:
         sr = self.config.sample_rate
         grid = torch.linspace(0, 1, 257, device=x.device)
         logf = torch.log2(grid.clamp_min(1 / 256) * sr / 2 / 50)  # octaves above 50 Hz
-        db = torch.zeros(len(params), 257, device=x.device)
-        for i, p in enumerate(params):
-            db[i] = p["tilt_db_per_octave"] * (logf - logf.mean())
-            for center, width, gain in p["_peaks"]:
-                db[i] += gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
+        tilt = to_device([p["tilt_db_per_octave"] for p in params], x.device)[:, None]
+        peaks = to_device([p["_peaks"] for p in params], x.device)  # (S, 3, centre / width / gain)
+        db = tilt * (logf - logf.mean())
+        for j in range(peaks.shape[1]):
+            center, width, gain = (peaks[:, j, m, None] for m in range(3))
+            db = db + gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
         return _filter(x, 10 ** (db / 20))
 
     def _noise(self, x, params):
@@ -283,40 +286,40 @@ class Degrader:
         noise = torch.zeros_like(x)
         rec = [i for i, p in enumerate(params) if "_index" in p]
         if rec:
-            lengths = torch.tensor([self.noise_lengths[params[i]["_index"]] for i in rec], device=x.device)
-            offsets = torch.tensor([self.noise_offsets[params[i]["_index"]] for i in rec], device=x.device)
-            starts = torch.tensor([params[i]["_start"] for i in rec], device=x.device)
+            lengths = to_device([self.noise_lengths[params[i]["_index"]] for i in rec], x.device)
+            offsets = to_device([self.noise_offsets[params[i]["_index"]] for i in rec], x.device)
+            starts = to_device([params[i]["_start"] for i in rec], x.device)
             pos = (starts[:, None] + torch.arange(n, device=x.device)[None]) % lengths[:, None] + offsets[:, None]
-            noise[rec] = self.noise_bank[pos]  # each recording looped from a random start
+            noise[to_device(rec, x.device)] = self.noise_bank[pos]  # each recording looped from a random start
         syn = [i for i, p in enumerate(params) if "_slope" in p]
         if syn:
             spec = torch.fft.rfft(_randn((len(syn), n), [params[i]["_seed"] for i in syn], x.device))
-            f = torch.fft.rfftfreq(n, 1 / sr).to(x.device).clamp_min(20.0)
-            slope = torch.tensor([params[i]["_slope"] for i in syn], device=x.device)[:, None]
-            noise[syn] = torch.fft.irfft(spec * (f / 1000.0) ** slope, n=n)
-        snr = torch.tensor([p["snr_db"] for p in params], device=x.device)
+            f = torch.fft.rfftfreq(n, 1 / sr, device=x.device).clamp_min(20.0)
+            slope = to_device([params[i]["_slope"] for i in syn], x.device)[:, None]
+            noise[to_device(syn, x.device)] = torch.fft.irfft(spec * (f / 1000.0) ** slope, n=n)
+        snr = to_device([p["snr_db"] for p in params], x.device)
         return x + _scale_to_snr(x, noise, snr)
 
     def _hum(self, x, params):
         t = torch.arange(x.shape[-1], device=x.device) / self.config.sample_rate
-        f0 = torch.tensor([p["f0_hz"] for p in params], device=x.device)[:, None]
+        f0 = to_device([p["f0_hz"] for p in params], x.device)[:, None]
+        harmonics = to_device([p["_harmonics"] for p in params], x.device)  # (S, 8, amplitude / phase)
         hum = torch.zeros_like(x)
-        for k in range(8):
-            amp = torch.tensor([p["_harmonics"][k][0] for p in params], device=x.device)[:, None]
-            phase = torch.tensor([p["_harmonics"][k][1] for p in params], device=x.device)[:, None]
+        for k in range(harmonics.shape[1]):
+            amp, phase = harmonics[:, k, 0, None], harmonics[:, k, 1, None]
             hum = hum + amp * torch.sin(2 * math.pi * f0 * (k + 1) * t + phase)
-        snr = torch.tensor([p["snr_db"] for p in params], device=x.device)
+        snr = to_device([p["snr_db"] for p in params], x.device)
         return x + _scale_to_snr(x, hum, snr)
 
     def _clip(self, x, params):
-        frac = torch.tensor([p["level_of_peak"] for p in params], device=x.device)[:, None]
+        frac = to_device([p["level_of_peak"] for p in params], x.device)[:, None]
         level = frac * x.abs().amax(-1, keepdim=True)
         return torch.maximum(torch.minimum(x, level), -level)
 
     def _bandlimit(self, x, params):
         """Low-pass: flat below cutoff - 150 Hz, raised-cosine to zero at the cutoff."""
         f = torch.linspace(0, self.config.sample_rate / 2, 2049, device=x.device)
-        cutoff = torch.tensor([p["cutoff_hz"] for p in params], device=x.device)[:, None]
+        cutoff = to_device([p["cutoff_hz"] for p in params], x.device)[:, None]
         ramp = ((cutoff - f) / 150.0).clamp(0, 1)
         return _filter(x, 0.5 - 0.5 * torch.cos(math.pi * ramp))
 
@@ -325,9 +328,11 @@ class Degrader:
         tr = [i for i, p in enumerate(params) if p["codec"] == "transform"]
         tel = [i for i, p in enumerate(params) if p["codec"] != "transform"]
         if tr:
-            out[tr] = self._transform_codec(x[tr], [params[i] for i in tr])
+            rows = to_device(tr, x.device)
+            out[rows] = self._transform_codec(x[rows], [params[i] for i in tr])
         if tel:
-            out[tel] = self._telephone_codec(x[tel])
+            rows = to_device(tel, x.device)
+            out[rows] = self._telephone_codec(x[rows])
         return out
 
     def _transform_codec(self, x, params):
@@ -340,8 +345,8 @@ class Degrader:
         xp = F.pad(x, (pad, pad + (-(n + 2 * pad)) % hop))
         spec = torch.fft.rfft(xp.unfold(-1, n_fft, hop) * win)  # (S, frames, bins)
         bins = spec.shape[-1]
-        snr = torch.tensor([p["band_snr_db"] for p in params], device=x.device)[:, None, None]
-        cutoff = torch.tensor([p["cutoff_hz"] for p in params], device=x.device)[:, None, None]
+        snr = to_device([p["band_snr_db"] for p in params], x.device)[:, None, None]
+        cutoff = to_device([p["cutoff_hz"] for p in params], x.device)[:, None, None]
         freqs = torch.arange(bins, device=x.device) * sr / n_fft
         edges = torch.round(torch.logspace(0, math.log10(bins), 22)).long().unique().tolist()
         out = torch.zeros_like(spec)
@@ -377,12 +382,12 @@ class Degrader:
                 starts[i, j] = round(start * sr)
                 ends[i, j] = round(start * sr) + round(length * sr)
         t = torch.arange(x.shape[-1], device=x.device)
-        starts, ends = starts.to(x.device)[..., None], ends.to(x.device)[..., None]
+        starts, ends = to_device(starts, x.device)[..., None], to_device(ends, x.device)[..., None]
         silent = ((t >= starts) & (t < ends)).any(1)
         return x.masked_fill(silent, 0.0)
 
     def _gain(self, x, params):
-        db = torch.tensor([p["gain_db"] for p in params], device=x.device)[:, None]
+        db = to_device([p["gain_db"] for p in params], x.device)[:, None]
         return x * 10 ** (db / 20)
 
 

@@ -1,0 +1,35 @@
+"""Training windows: drawn on the host as a plan of pieces, assembled on the device in one gather that
+gives exactly what copying the pieces one by one gives, with silent gaps and tails."""
+
+import torch
+
+from restore.training.data import TrainingData
+
+
+def test_windows_are_the_planned_pieces_copied_one_by_one(train_data_dir):
+    window = 16000 * 10  # the fixture's utterances are 6 s: every window holds several, with gaps
+    data = TrainingData(train_data_dir, "cpu", window, seed=1, max_gap_s=0.4)
+    plan = data.plan(8)
+    rows = [row for row, *_ in plan.pieces]
+    assert max(rows.count(r) for r in range(8)) >= 2
+    expected = torch.zeros(8, window)
+    for row, pos, start, n in plan.pieces:
+        expected[row, pos : pos + n] = data.speech[start : start + n].float() / 32768
+    got = data.assemble(data.speech, plan)
+    assert torch.equal(got, expected)
+    gaps = [b[1] - (a[1] + a[3]) for a, b in zip(plan.pieces, plan.pieces[1:]) if a[0] == b[0]]
+    assert max(gaps) > 0  # some silence between pieces was checked
+    assert any(end < window for end in plan.ends)  # and some zero tails
+    for row, end in enumerate(plan.ends):
+        assert not got[row, end:].any()
+
+
+def test_window_batch_limits_the_peak_and_is_a_function_of_the_random_state(train_data_dir):
+    a = TrainingData(train_data_dir, "cpu", 16000 * 10, seed=4)
+    b = TrainingData(train_data_dir, "cpu", 16000 * 10, seed=4)
+    clean, target, texts, ends = a.window_batch(6)
+    again = b.window_batch(6)
+    assert torch.equal(clean, again[0]) and texts == again[2] and torch.equal(ends, again[3])
+    assert target is clean
+    assert clean.abs().amax().item() <= 0.99 + 1e-6
+    assert (clean.abs().amax(-1) > 0).all()
