@@ -4,6 +4,7 @@ and with --step, what the producer costs the training step it runs beside.
     python scripts/bench_data.py --data /tmp/data --batch 32            # on the GPU machine
     python scripts/bench_data.py --batch 4 --window 4 --device cpu      # synthetic data, anywhere
     python scripts/bench_data.py --step --batch 32                      # the step, with and without it
+    python scripts/bench_data.py --step --switch-ms 5,1,0.2 --compile-mode reduce-overhead
 
 At batch 32 the producer, not the GPU, bounds training (docs/training.md, "Two runs at once"). Each
 part is timed with the device synchronised around it, over --n batches after two warm-up batches, so
@@ -13,14 +14,16 @@ On CUDA it also counts the host synchronisations one batch makes (CUDA's sync de
 waits for every kernel queued before it, which beside the training step means behind the step's.
 
 --step times the training step as training runs it (compiled, bf16) on one fixed batch with no producer
-running, then fed by the background-thread producer, and the producer alone. Where a fed step is slower
-than the fixed one by more than its wait, the producer slows the step down rather than making it wait.
+running, then fed by the background-thread producer (once per --switch-ms, Python's GIL switch interval),
+and the producer alone. Where a fed step is slower than the fixed one by more than its wait, the producer
+slows the step down rather than making it wait.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 import warnings
@@ -70,6 +73,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--step", action="store_true", help="time the training step with and without the producer")
+    ap.add_argument("--switch-ms", default="5", help="GIL switch intervals to time the fed step at (ms, comma-separated)")
+    ap.add_argument("--compile-mode", default="default", help="torch.compile mode of the step (--step)")
     ap.add_argument("--out", type=Path, help="also write the timings here as JSON")
     args = ap.parse_args()
     dev = torch.device(args.device)
@@ -80,12 +85,14 @@ def main() -> None:
         if data is None:
             data = Path(tmp)
             synthetic_data(data)
-        cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=args.step, bf16=args.step)
+        cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=args.step, bf16=args.step,
+                          compile_mode=args.compile_mode)
         tr = Trainer(cfg, ModelConfig(precondition="obs_skip"), CodecConfig(scale=3.0), data, Path(tmp) / "run",
                      device=args.device)
         syncs = host_syncs(tr.maker)  # before any timing wrapper adds its own
         if args.step:
-            report(args, step_timings(tr, args.n, sync), syncs)
+            switch = [float(v) for v in args.switch_ms.split(",")]
+            report(args, step_timings(tr, args.n, sync, switch), syncs)
             return
 
         times: dict[str, float] = defaultdict(float)
@@ -120,10 +127,10 @@ def main() -> None:
     report(args, per, syncs)
 
 
-def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
-    """ms per step: on a fixed batch with no producer, fed by the thread producer beside it (and the part
-    of that spent waiting for a batch), and the producer alone. Steps are not synchronised one by one, as
-    in training: the host runs ahead until the device's queue is full."""
+def step_timings(tr: Trainer, n: int, sync, switch_ms: list[float]) -> dict[str, float]:
+    """ms per step: on a fixed batch with no producer, fed by the thread producer beside it at each GIL
+    switch interval (and the part of that spent waiting for a batch), and the producer alone. Steps are
+    not synchronised one by one, as in training: the host runs ahead until the device's queue is full."""
     fixed = tr.batch()
     for _ in range(3):  # compile, forward and backward
         tr.train_step(fixed)
@@ -136,18 +143,22 @@ def step_timings(tr: Trainer, n: int, sync) -> dict[str, float]:
     it = batches(tr.maker, "thread")
     for _ in range(3):  # the queue fills
         tr.train_step(next(it)[0])
-    time.sleep(2.0)
-    sync()
-    wait = 0.0
-    t0 = time.perf_counter()
-    for _ in range(n):
-        t1 = time.perf_counter()
-        b = next(it)[0]
-        wait += time.perf_counter() - t1
-        tr.train_step(b)
-    sync()
-    out["step fed by the thread producer"] = 1000 * (time.perf_counter() - t0) / n
-    out["  of which waiting (thread)"] = 1000 * wait / n
+    default = sys.getswitchinterval()
+    for ms in switch_ms:
+        sys.setswitchinterval(ms / 1000)
+        time.sleep(2.0)
+        sync()
+        wait = 0.0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            t1 = time.perf_counter()
+            b = next(it)[0]
+            wait += time.perf_counter() - t1
+            tr.train_step(b)
+        sync()
+        out[f"step fed by the thread, switch {ms:g} ms"] = 1000 * (time.perf_counter() - t0) / n
+        out[f"  of which waiting ({ms:g} ms)"] = 1000 * wait / n
+    sys.setswitchinterval(default)
     it.close()  # stops the producer
     time.sleep(1.0)
     sync()
@@ -178,9 +189,9 @@ def report(args, per: dict[str, float], syncs: float | None) -> None:
     one, many = ("step", "steps") if args.step else ("batch", "batches")
     print(f"device {args.device}, batch {args.batch} x {args.window:g} s, {args.n} {many}; ms per {one}:")
     for k, v in per.items():
-        print(f"  {k:32s} {v:8.1f}")
+        print(f"  {k:40s} {v:8.1f}")
     if syncs is not None:
-        print(f"  host syncs per batch             {syncs:8.1f}")
+        print(f"  {'host syncs per batch':40s} {syncs:8.1f}")
     if args.out:
         key = {"mode": "step", "ms": per} if args.step else {"ms_per_batch": per}
         args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window, **key,

@@ -16,8 +16,8 @@ from tests.conftest import TINY_MODEL
 
 
 def trainer(train_data_dir, out, init=None, precondition="obs_skip", seed=0, **train):
-    cfg = TrainConfig(batch=2, window_seconds=4.096, compile=False, bf16=False, warmup=5, lr=1e-3, seed=seed,
-                      log_every=5, val_every=1000, minutes=0.0, **train)
+    cfg = TrainConfig(**{"batch": 2, "window_seconds": 4.096, "compile": False, "bf16": False, "warmup": 5,
+                         "lr": 1e-3, "seed": seed, "log_every": 5, "val_every": 1000, "minutes": 0.0, **train})
     model = ModelConfig.from_dict({**TINY_MODEL, "precondition": precondition})
     return Trainer(cfg, model, CodecConfig(scale=3.0), train_data_dir, out, device="cpu", init=init)
 
@@ -130,3 +130,17 @@ def test_validation_scores_the_one_step_estimate(train_data_dir, tmp_path):
     val = tr.validate(steps=2)
     assert {"val_lsd_1step", "val_high_db_1step"} <= set(val)
     assert np.isfinite(val["val_lsd_1step"]) and np.isfinite(val["val_high_db_1step"])
+
+
+def test_a_run_sets_the_switch_interval_while_it_trains_and_restores_it(train_data_dir, tmp_path):
+    import sys
+    tr = trainer(train_data_dir, tmp_path / "run", minutes=0.01, switch_interval_ms=0.5)
+    seen, step = [], tr.train_step
+    tr.train_step = lambda *a, **k: (seen.append(sys.getswitchinterval()), step(*a, **k))[1]
+    before = sys.getswitchinterval()
+    tr.run()
+    assert seen and all(s == pytest.approx(0.0005) for s in seen)
+    assert sys.getswitchinterval() == before
+    start = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "start" and start["switch_interval_ms"] == 0.5
+    assert (tmp_path / "run" / "ckpt.pt").exists()

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,12 @@ class TrainConfig(BaseConfig):
     ckpt_minutes: float = 3.0
     seed: int = 0
     compile: bool = True
+    compile_mode: str = "default"  # torch.compile mode; "reduce-overhead" replays CUDA graphs (fewer launches)
     bf16: bool = True
     producer: str = "thread"    # where batches are made beside the step: inline or thread (batches.py)
+    switch_interval_ms: float = 5.0  # Python's GIL switch interval during a run (its default is 5 ms). Every
+                                # torch op of the step gives the GIL up and takes it back, waiting up to
+                                # this long while the producer thread runs Python (docs/training.md)
 
 
 class Trainer:
@@ -103,7 +108,8 @@ class Trainer:
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
         self.step = 0
         self.dgen = torch.Generator(device=self.device).manual_seed(cfg.seed + 2)  # noise, t (device)
-        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        self.forward = torch.compile(self.model, mode=mode) if cfg.compile else self.model
         self.log_path = self.out / "log.jsonl"
         self.started = time.time()
         self.elapsed_before = 0.0
@@ -250,10 +256,14 @@ class Trainer:
         start = time.time()
         batches = self.batches()
         self.log(event="start", step=self.step, parameters=count_parameters(self.model),
-                 speech_minutes=round(self.data.minutes(), 1), device=str(self.device), producer=cfg.producer)
+                 speech_minutes=round(self.data.minutes(), 1), device=str(self.device), producer=cfg.producer,
+                 switch_interval_ms=cfg.switch_interval_ms, compile_mode=cfg.compile_mode)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(cfg.switch_interval_ms / 1000)
         try:
             self._loop(batches, start, budget)
         finally:
+            sys.setswitchinterval(switch)
             batches.close()  # stops the producer
         self.log(step=self.step, **self.validate())
         self.save_checkpoint()
