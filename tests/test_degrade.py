@@ -177,3 +177,16 @@ def test_batch_equals_clip_by_clip():
         yi, ri = deg.apply(x[i : i + 1], plans[i : i + 1])
         assert ri[0] == rec[i]
         assert torch.allclose(yi[0], y[i], atol=1e-5)
+
+
+def test_p_clean_leaves_that_share_of_clips_untouched_and_the_test_set_alone():
+    x = torch.stack([torch.from_numpy(speechlike(1.0, SR, seed=s)) for s in range(200)])
+    noises = [torch.from_numpy(speechlike(3.0, SR, seed=9))]
+    y, rec = Degrader(DegradeConfig(p_clean=0.5), noises=noises)(x, torch.Generator().manual_seed(2))
+    untouched = [i for i, r in enumerate(rec) if not r]
+    assert 0.45 < len(untouched) / len(rec) < 0.6  # half kept, plus the few that draw no effect anyway
+    assert torch.equal(y[untouched], x[untouched])
+    # given kinds (the test set), p_clean has no say
+    forced, rec = Degrader(DegradeConfig(p_clean=1.0), noises=noises)(x[:4], torch.Generator().manual_seed(2),
+                                                                        ["noise"])
+    assert all(r and r[0]["kind"] == "noise" for r in rec)

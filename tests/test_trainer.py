@@ -45,6 +45,7 @@ def test_validation_reports_the_skip_model_and_export_loads(train_data_dir, tmp_
     assert all(p.stat().st_size <= 16 * 2**20 for p in paths)
     files = weights.load(tmp_path / "export")
     assert files.model.precondition == "obs_skip" and files.info["train_steps"] == 3
+    assert files.info["degrade_config"]["p_gain"] == 0.0  # what the run degraded with (training drops gain)
     assert weights.build_skip(files) is not None and weights.build_model(files) is not None
     json.loads((tmp_path / "export" / "config.json").read_text())  # valid JSON with the format version
 

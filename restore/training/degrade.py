@@ -31,6 +31,9 @@ KINDS = ("reverb", "eq", "noise", "hum", "clip", "bandlimit", "codec", "dropout"
 @dataclass(frozen=True)
 class DegradeConfig(BaseConfig):
     sample_rate: int = 16000
+    p_clean: float = 0.0                # share of clips left as they are (drawn first; the rest as below, of
+                                        # which ~4% get no effect either): a restorer must leave alone what
+                                        # needs no restoring
     p_reverb: float = 0.35
     rt60: tuple = (0.2, 1.5)            # seconds, simulated rooms
     drr_db: tuple = (-6.0, 12.0)        # direct-to-reverberant ratio of simulated rooms
@@ -165,6 +168,8 @@ class Degrader:
         c, sr = self.config, self.config.sample_rate
         on = (lambda k, p: (k in kinds) if kinds is not None else d.chance(p))
         plan: dict[str, dict] = {}
+        if kinds is None and c.p_clean > 0 and d.chance(c.p_clean):  # no draw at 0: the streams stay as they were
+            return plan
         if on("reverb", c.p_reverb):
             if self.rirs is not None and d.chance(c.p_real_rir):
                 i = d.integer(0, len(self.rir_names) - 1)

@@ -147,6 +147,7 @@ class Trainer:
     def export(self, folder: str | Path, info: dict | None = None) -> list[Path]:
         base = {"train_steps": self.step, "train_seconds": round(self.elapsed(), 1),
                 "parameters": count_parameters(self.model), "train_config": self.cfg.to_dict(),
+                "degrade_config": self.maker.spec.degrade.to_dict(),
                 "train_minutes_of_speech": round(self.data.minutes(), 1)}
         return weights.save(folder, self.model_cfg, self.codec_cfg, self.ema.state_dict(), {**base, **(info or {})})
 
