@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import numpy as np
 import torch
 
 NULL_ID = 0
@@ -34,12 +35,13 @@ def batch(texts: list[str | None], max_tokens: int, device=None) -> tuple[torch.
     """(B, L) ids and (B, L) bool mask of existing keys; L is the longest sequence in the batch."""
     seqs = [encode(t, max_tokens) for t in texts]
     length = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), length), PAD_ID, dtype=torch.long)
-    mask = torch.zeros((len(seqs), length), dtype=torch.bool)
+    ids = np.full((len(seqs), length), PAD_ID, dtype=np.int64)  # filled in numpy: no torch call per row
+    mask = np.zeros((len(seqs), length), dtype=bool)
     for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
+        ids[i, : len(s)] = s
         mask[i, : len(s)] = True
-    return ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)  # no wait for the device
+    # no wait for the device
+    return torch.from_numpy(ids).to(device, non_blocking=True), torch.from_numpy(mask).to(device, non_blocking=True)
 
 
 def window_share(text: str | None, start: float, end: float, duration: float, margin: float = 0.1) -> str | None:

@@ -58,3 +58,10 @@ def test_a_run_resumed_from_a_checkpoint_trains_on_the_batch_that_came_next(trai
 def test_an_unknown_producer_is_refused(train_data_dir, tmp_path):
     with pytest.raises(ValueError, match="inline, thread"):
         trainer(train_data_dir, tmp_path / "run", producer="gpu")
+
+
+def test_a_batch_state_from_the_torch_generator_is_refused_with_a_reason(train_data_dir):
+    maker = BatchMaker(spec(train_data_dir))
+    old = {"gen": torch.Generator().manual_seed(1).get_state(), "rng": maker.state()["rng"]}
+    with pytest.raises(ValueError, match="cannot resume exactly"):
+        maker.set_state(old)

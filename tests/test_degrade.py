@@ -190,3 +190,18 @@ def test_p_clean_leaves_that_share_of_clips_untouched_and_the_test_set_alone():
     forced, rec = Degrader(DegradeConfig(p_clean=1.0), noises=noises)(x[:4], torch.Generator().manual_seed(2),
                                                                         ["noise"])
     assert all(r and r[0]["kind"] == "noise" for r in rec)
+
+
+def test_python_random_draws_are_seeded_and_follow_the_probabilities():
+    """Training draws its parameters from random.Random (no torch call per draw); the test sets keep
+    the torch generator's stream."""
+    import random
+    x = torch.stack([torch.from_numpy(speechlike(0.5, SR, seed=s)) for s in range(300)])
+    noises = [torch.from_numpy(speechlike(3.0, SR, seed=9))]
+    deg = Degrader(DegradeConfig(p_noise=0.5, p_clip=0.2), noises=noises)
+    y, rec = deg(x, random.Random(4))
+    again, rec2 = deg(x, random.Random(4))
+    other, _ = deg(x, random.Random(5))
+    assert torch.equal(y, again) and rec == rec2 and not torch.equal(y, other)
+    share = lambda kind: sum(any(e["kind"] == kind for e in r) for r in rec) / len(rec)  # noqa: E731
+    assert 0.42 < share("noise") < 0.58 and 0.14 < share("clip") < 0.26

@@ -8,6 +8,7 @@ step n restarts the producer at batch n + 1 exactly, whichever producer ran and 
 from __future__ import annotations
 
 import queue
+import random
 import threading
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -62,13 +63,16 @@ class BatchMaker:
                                  floor_db=spec.floor_db)
         self.degrader = Degrader(spec.degrade, self.data.noises, self.data.rirs, self.data.noise_names,
                                  self.data.rir_names)
-        self.gen = torch.Generator().manual_seed(spec.seed + 1)  # degradation parameters (CPU)
+        self.gen = random.Random(spec.seed + 1)  # degradation parameters and dropout, drawn on the host
 
     def state(self) -> dict:
-        return {"gen": self.gen.get_state(), "rng": self.data.rng.getstate()}
+        return {"gen": self.gen.getstate(), "rng": self.data.rng.getstate()}
 
     def set_state(self, state: dict) -> None:
-        self.gen.set_state(state["gen"])
+        if isinstance(state["gen"], torch.Tensor):
+            raise ValueError("this checkpoint's batch state comes from a torch generator (before session 9); "
+                             "it cannot resume exactly: start a new run with --init from its export")
+        self.gen.setstate(state["gen"])
         self.data.rng.setstate(state["rng"])
 
     def __call__(self) -> Batch:
@@ -78,8 +82,8 @@ class BatchMaker:
         keep = torch.arange(s.window, device=self.device)[None] < lengths[:, None]
         degraded = degraded * keep  # the pipeline zero-pads the degraded input, so padding stays silent
         clean, degraded = level_normalise(target, degraded, lengths)
-        use_cond = torch.rand(s.batch, generator=self.gen) >= s.p_uncond
-        keep_text = torch.rand(s.batch, generator=self.gen) >= s.p_drop_text
+        use_cond = [self.gen.random() >= s.p_uncond for _ in range(s.batch)]
+        keep_text = [self.gen.random() >= s.p_drop_text for _ in range(s.batch)]
         texts = [t if (t and use_cond[i] and keep_text[i]) else None for i, t in enumerate(texts)]
         ids, mask = text_mod.batch(texts, s.max_tokens, self.device)
         if s.pad_text:

@@ -15,6 +15,7 @@ broken down per degradation type.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -60,21 +61,31 @@ class DegradeConfig(BaseConfig):
 
 
 class _Draw:
-    """Parameter draws from one seeded CPU generator: identical on every device."""
+    """Parameter draws from one seeded host generator, identical on every device: a CPU torch.Generator
+    (the stream the test sets are made with) or a random.Random (training: ~1,000 draws a batch, and as
+    torch calls each one handed the GIL to the training step and back)."""
 
-    def __init__(self, generator: torch.Generator):
+    def __init__(self, generator: torch.Generator | random.Random):
         self.g = generator
+        self.py = isinstance(generator, random.Random)
+
+    def _unit(self) -> float:
+        return self.g.random() if self.py else torch.rand((), generator=self.g).item()
 
     def uniform(self, lo: float, hi: float) -> float:
-        return lo + (hi - lo) * torch.rand((), generator=self.g).item()
+        return lo + (hi - lo) * self._unit()
 
     def chance(self, p: float) -> bool:
-        return torch.rand((), generator=self.g).item() < p
+        return self._unit() < p
 
     def integer(self, lo: int, hi: int) -> int:  # inclusive
+        if self.py:
+            return self.g.randint(lo, hi)
         return int(torch.randint(lo, hi + 1, (), generator=self.g).item())
 
     def seed(self) -> int:
+        if self.py:
+            return self.g.getrandbits(62)
         return int(torch.randint(0, 2**62, (), generator=self.g).item())
 
 
@@ -135,12 +146,13 @@ class Degrader:
         return self
 
     # ---- public ----
-    def __call__(self, clean: torch.Tensor, generator: torch.Generator,
+    def __call__(self, clean: torch.Tensor, generator: torch.Generator | random.Random,
                  kinds: Sequence[str] | None = None) -> tuple[torch.Tensor, list[list[dict]]]:
         """clean (B, N) -> degraded (B, N) and, per clip, the list of effects applied.
 
         With `kinds` given, exactly those effects are applied to every clip (in the fixed order);
-        otherwise each effect is drawn with its probability. `generator` must be a CPU generator."""
+        otherwise each effect is drawn with its probability. `generator`: a CPU torch.Generator or a
+        random.Random (each gives its own stream, the same on every device)."""
         if kinds is not None:
             unknown = set(kinds) - set(KINDS)
             if unknown:
@@ -242,7 +254,7 @@ class Degrader:
         t = torch.arange(k, device=device) / sr
         rt60 = to_device([p["rt60_s"] for p in params], device)[:, None]
         drr = to_device([p["drr_db"] for p in params], device)[:, None]
-        early = torch.zeros(s, k)
+        early = np.zeros((s, k), dtype=np.float32)  # filled in numpy: no torch call per reflection
         early[:, 0] = 1.0
         for i, p in enumerate(params):
             for delay, amp in p["_reflections"]:

@@ -134,8 +134,7 @@ class Trainer:
         self.ema.load_state_dict(state["ema"])
         self.opt.load_state_dict(state["opt"])
         self.step = state["step"]
-        # checkpoints from before batches.py kept the two generators at the top level
-        self.batch_state = state.get("batches") or {"gen": state["gen"], "rng": state["rng"]}
+        self.batch_state = state["batches"]
         self.maker.set_state(self.batch_state)
         self.dgen.set_state(state["dgen"])
         self.elapsed_before = state.get("elapsed", 0.0)
