@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,10 @@ class Clip:
     length: int
     text: str
     speaker: str
+    words: list[str] = field(init=False)  # the normalised transcript, split once (windows take shares of it)
+
+    def __post_init__(self):
+        self.words = text_mod.normalize(self.text).split() if self.text else []
 
 
 def to_int16(x: np.ndarray) -> np.ndarray:
@@ -126,7 +130,7 @@ class TrainingData:
                 n = min(c.length - skip, end - pos)
                 pieces.append((b, pos, c.start + skip, n))
                 if c.text:
-                    w = text_mod.normalize(c.text).split()
+                    w = c.words
                     words += w[int(len(w) * skip / c.length) : int(round(len(w) * (skip + n) / c.length))]
                 else:
                     labelled = False
