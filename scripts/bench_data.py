@@ -33,11 +33,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from restore.training import degrade
-from restore.training.batches import batches
-from restore.training.data import to_int16, write_shards
-from restore.training.trainer import TrainConfig, Trainer
-from restore.config import CodecConfig, ModelConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout, installed or not
+
+from restore.training import degrade  # noqa: E402
+from restore.training.batches import batches  # noqa: E402
+from restore.training.data import to_int16, write_shards  # noqa: E402
+from restore.training.trainer import TrainConfig, Trainer  # noqa: E402
+from restore.config import CodecConfig, ModelConfig  # noqa: E402
+
 
 def synthetic_data(folder: Path, seconds: float = 12.0, clips: int = 40) -> None:
     """A data folder in prepare_data.py's format: harmonic 'speech' clips, noise, two rooms."""

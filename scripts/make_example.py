@@ -7,6 +7,7 @@ a telephone-like band limit). Deterministic: the same command gives the same fil
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -51,4 +52,7 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "assets/example")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", nargs="?", default=str(Path(__file__).resolve().parent.parent / "assets" / "example"),
+                    help="where interview.flac and interview.txt go (default: the checkout's assets/example)")
+    main(ap.parse_args().folder)

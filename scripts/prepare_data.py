@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 
 import librosa
@@ -25,8 +26,10 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from restore.training.data import to_int16, write_shards
-from restore.training.degrade import DegradeConfig, Degrader
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout, installed or not
+
+from restore.training.data import to_int16, write_shards  # noqa: E402
+from restore.training.degrade import DegradeConfig, Degrader  # noqa: E402
 
 SR = 16000
 SPLIT = Path(__file__).resolve().parent.parent / "restore" / "training" / "split.json"

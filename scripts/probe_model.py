@@ -9,6 +9,7 @@ through its trunk leaves some). The degraded input's own latents as an estimate 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -48,13 +49,15 @@ def probe(model_dir: str, clean: torch.Tensor, deg: torch.Tensor) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    val = np.load(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("val", help="the validation windows (val.npz of a prepared data folder)")
+    ap.add_argument("models", nargs="+", help="model folders to probe")
+    args = ap.parse_args()
+    val = np.load(args.val)
     n = min(3, len(val["clean"]))
     clean = torch.from_numpy(val["clean"][:n].astype(np.float32) / 32768)
     deg = torch.from_numpy(val["degraded"][:n].astype(np.float32) / 32768)
-    for m in sys.argv[2:]:
+    for m in args.models:
         probe(m, clean, deg)
 
 

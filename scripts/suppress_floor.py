@@ -9,12 +9,15 @@ its effect on the metrics can be measured (docs/training.md, "The targets' own n
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import soundfile as sf
 import torch
 
-from restore.training.floor import suppress_floor
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs from a checkout, installed or not
+
+from restore.training.floor import suppress_floor  # noqa: E402
 
 
 def main() -> None:
