@@ -33,3 +33,10 @@ def test_window_batch_limits_the_peak_and_is_a_function_of_the_random_state(trai
     assert target is clean
     assert clean.abs().amax().item() <= 0.99 + 1e-6
     assert (clean.abs().amax(-1) > 0).all()
+
+
+def test_windows_shorter_than_the_shortest_draw_are_planned_whole(train_data_dir):
+    """Short windows are drawn from 3 s up; a window under 3 s (a quick CPU check) is kept whole, not refused."""
+    data = TrainingData(train_data_dir, "cpu", 16000 * 2, seed=0, p_short=1.0)
+    plan = data.plan(4)
+    assert plan.ends == [16000 * 2] * 4

@@ -120,7 +120,7 @@ class TrainingData:
         for b in range(batch):
             end = self.window
             if self.rng.random() < self.p_short:
-                end = self.rng.randint(3 * self.sr, self.window)
+                end = self.rng.randint(min(3 * self.sr, self.window), self.window)  # windows under 3 s stay whole
             pos, words, labelled = 0, [], True
             first = True
             while pos < end:
