@@ -21,7 +21,7 @@ def _variant(tiny_model, folder, seed, run):
     g = torch.Generator().manual_seed(seed)
     state = {k: v + 0.1 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
              for k, v in files.state.items()}
-    weights.save(folder, files.model, files.codec, state, {"run": run, "train_steps": 10 * seed},
+    weights.save(folder, files.model, files.codec, state, {"run": run, "train_steps": 10 * seed, "parameters": 7},
                  dtype=torch.float32, samplers={"flash": {"steps": 1, "strength": 0.5}})
     return folder
 
@@ -35,6 +35,7 @@ def test_the_average_is_the_share_weighted_mean_and_loads_as_a_model(tiny_model,
         assert torch.allclose(got.state[k], 0.25 * sa[k] + 0.75 * sb[k], atol=1e-6), k
     assert not torch.allclose(got.state["out.weight"], sa["out.weight"])
     assert [s["run"] for s in got.info["averaged"]] == ["ra", "rb"]
+    assert got.info["parameters"] == 7 and "run" not in got.info  # what they agree on, not what one says
     save_average([a, b], tmp_path / "mean", info={"run": "soup"})
     saved = weights.load(tmp_path / "mean")
     assert saved.info["run"] == "soup" and saved.samplers == {"flash": {"steps": 1, "strength": 0.5}}

@@ -21,7 +21,8 @@ def average(folders: Sequence[str | Path], shares: Sequence[float] | None = None
     """The share-weighted mean of the models in `folders` (equal shares by default).
 
     The models must have one architecture, codec and parameter set; `shares` must be positive and sum
-    to 1. The result carries the first model's samplers and, in its info, where each share came from.
+    to 1. The result carries the first model's samplers and, in its info, the entries all the models
+    agree on (parameter count, training settings they share) and where each share came from.
     """
     if len(folders) < 2:
         raise InputError("averaging needs at least two models")
@@ -48,7 +49,8 @@ def average(folders: Sequence[str | Path], shares: Sequence[float] | None = None
                                       "train_steps": m.info.get("train_steps"),
                                       "total_train_steps": m.info.get("total_train_steps")}
                                      for f, s, m in zip(folders, shares, models)]
-    return weights.ModelFiles(first.model, first.codec, state, {"averaged": sources}, dict(first.samplers))
+    common = {k: v for k, v in first.info.items() if all(m.info.get(k) == v for m in models[1:])}
+    return weights.ModelFiles(first.model, first.codec, state, {**common, "averaged": sources}, dict(first.samplers))
 
 
 def save_average(folders: Sequence[str | Path], out: str | Path, shares: Sequence[float] | None = None,
