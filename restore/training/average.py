@@ -45,7 +45,7 @@ def average(folders: Sequence[str | Path], shares: Sequence[float] | None = None
             state[name] = t
             continue
         state[name] = sum(s * m.state[name].float() for s, m in zip(shares, models))
-    sources: list[dict[str, Any]] = [{"folder": Path(f).name, "share": s, "run": m.info.get("run"),
+    sources: list[dict[str, Any]] = [{"folder": str(f), "share": s, "run": m.info.get("run"),
                                       "train_steps": m.info.get("train_steps"),
                                       "total_train_steps": m.info.get("total_train_steps")}
                                      for f, s, m in zip(folders, shares, models)]
