@@ -143,7 +143,7 @@ def step_timings(tr: Trainer, n: int, sync, switch_ms: list[float]) -> dict[str,
         tr.train_step(fixed)
     sync()
     out = {"step, fixed batch, no producer": 1000 * (time.perf_counter() - t0) / n}
-    it = batches(tr.maker, "thread")
+    it = batches(tr.maker, "thread", gpu_lock=tr.gpu_lock)  # as training makes them (graphs captured above)
     for _ in range(3):  # the queue fills
         tr.train_step(next(it)[0])
     default = sys.getswitchinterval()

@@ -65,3 +65,52 @@ def test_a_batch_state_from_the_torch_generator_is_refused_with_a_reason(train_d
     old = {"gen": torch.Generator().manual_seed(1).get_state(), "rng": maker.state()["rng"]}
     with pytest.raises(ValueError, match="cannot resume exactly"):
         maker.set_state(old)
+
+
+class _Watched:
+    """A maker that records whether the lock was held at each call."""
+
+    def __init__(self, maker, lock):
+        self.maker, self.lock, self.held = maker, lock, []
+        self.device = maker.device
+
+    def __call__(self):
+        self.held.append(self.lock.locked())
+        return self.maker()
+
+    def state(self):
+        return self.maker.state()
+
+
+def test_the_thread_producer_makes_batches_only_under_the_gpu_lock(train_data_dir):
+    """Whoever holds the lock (the trainer, while CUDA graphs are captured) keeps the producer from
+    making a batch; otherwise it makes the same batches as without a lock."""
+    import threading
+    import time
+
+    lock = threading.Lock()
+    maker = _Watched(BatchMaker(spec(train_data_dir)), lock)
+    it = batches(maker, "thread", depth=1, gpu_lock=lock)
+    first = next(it)
+    with lock:  # a batch in the making holds the lock, so none is under way once we have it
+        made = len(maker.held)
+        time.sleep(0.3)
+        assert len(maker.held) == made
+    second = next(it)
+    it.close()
+    assert all(maker.held)
+    ref = BatchMaker(spec(train_data_dir))
+    assert same(first[0], ref()) and same(second[0], ref())
+
+
+def test_the_trainer_holds_the_producer_off_only_in_its_first_steps(train_data_dir, tmp_path):
+    import contextlib
+    import threading
+
+    from restore.training.trainer import CAPTURE_STEPS
+
+    tr = trainer(train_data_dir, tmp_path / "run", producer="thread", compile_mode="reduce-overhead")
+    assert tr.gpu_lock is None  # no CUDA graphs on the CPU: nothing to guard
+    tr.gpu_lock = threading.Lock()  # as on a GPU
+    assert tr.capture_guard(0) is tr.gpu_lock and tr.capture_guard(CAPTURE_STEPS - 1) is tr.gpu_lock
+    assert isinstance(tr.capture_guard(CAPTURE_STEPS), contextlib.nullcontext)

@@ -7,6 +7,7 @@ step n restarts the producer at batch n + 1 exactly, whichever producer ran and 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import random
 import threading
@@ -95,12 +96,17 @@ class BatchMaker:
         return clean, degraded, to_device(use_cond, self.device), ids, mask, frame_mask
 
 
-def batches(maker: BatchMaker, producer: str, depth: int = 3) -> Iterator[tuple[Batch, dict]]:
-    """(batch, the maker's state after it) for ever, from the maker's current state on."""
+def batches(maker: BatchMaker, producer: str, depth: int = 3,
+            gpu_lock: threading.Lock | None = None) -> Iterator[tuple[Batch, dict]]:
+    """(batch, the maker's state after it) for ever, from the maker's current state on.
+
+    `gpu_lock`, for the thread: held by the producer while it makes a batch, so that the step can keep
+    it off the GPU while CUDA graphs are captured (a capture fails if another thread makes CUDA calls
+    meanwhile; trainer.py takes the lock around the steps that capture)."""
     if producer == "inline":
         return _inline(maker)
     if producer == "thread":
-        return _thread(maker, depth)
+        return _thread(maker, depth, gpu_lock)
     raise ValueError(f"unknown producer {producer!r}: choose one of {', '.join(PRODUCERS)}")
 
 
@@ -110,7 +116,7 @@ def _inline(maker: BatchMaker) -> Iterator[tuple[Batch, dict]]:
         yield b, maker.state()
 
 
-def _thread(maker: BatchMaker, depth: int) -> Iterator[tuple[Batch, dict]]:
+def _thread(maker: BatchMaker, depth: int, gpu_lock: threading.Lock | None = None) -> Iterator[tuple[Batch, dict]]:
     """Built ahead in a background thread (on its own CUDA stream on a GPU), overlapping the step. It
     shares the interpreter with the step, so its Python holds the step's kernel launches back."""
     cuda = maker.device.type == "cuda"
@@ -122,9 +128,10 @@ def _thread(maker: BatchMaker, depth: int) -> Iterator[tuple[Batch, dict]]:
             stream = torch.cuda.Stream(maker.device) if cuda else None
             with torch.cuda.stream(stream):  # no stream: the current one
                 while not stop.is_set():
-                    b = maker()
-                    if cuda:
-                        stream.synchronize()
+                    with gpu_lock or contextlib.nullcontext():
+                        b = maker()
+                        if cuda:
+                            stream.synchronize()
                     q.put((b, maker.state()))
         except BaseException as e:  # surface the producer's failure in the training loop
             q.put(e)

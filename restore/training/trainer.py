@@ -8,8 +8,10 @@ import copy
 import dataclasses
 import json
 import math
+import contextlib
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,8 @@ from ..sampling import timesteps
 from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
 from .data import load_validation
 from .degrade import DegradeConfig
+
+CAPTURE_STEPS = 20  # steps of a process that may capture CUDA graphs (torch.compile records them in the first few)
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,11 @@ class Trainer:
         self.dgen = torch.Generator(device=self.device).manual_seed(cfg.seed + 2)  # noise, t (device)
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self.forward = torch.compile(self.model, mode=mode) if cfg.compile else self.model
+        # CUDA graphs are captured in the first steps, and a capture fails if the producer thread makes
+        # CUDA calls meanwhile (session 10: "operation failed due to a previous error during capture").
+        # Those steps hold the producer off with this lock; later steps only replay the graphs.
+        graphs = cfg.compile and "reduce-overhead" in cfg.compile_mode and self.device.type == "cuda"
+        self.gpu_lock = threading.Lock() if graphs and cfg.producer == "thread" else None
         self.log_path = self.out / "log.jsonl"
         self.started = time.time()
         self.elapsed_before = 0.0
@@ -243,9 +252,16 @@ class Trainer:
 
     def batches(self):
         """Batches from the configured producer; each one moves the state a checkpoint restarts from."""
-        for b, state in batches(self.maker, self.cfg.producer):
+        for b, state in batches(self.maker, self.cfg.producer, gpu_lock=self.gpu_lock):
             self.batch_state = state
             yield b
+
+    def capture_guard(self, steps_here: int):
+        """The producer held off the GPU during the steps that may capture CUDA graphs, the first of this
+        process whatever step a resumed run is at (else nothing)."""
+        if self.gpu_lock is not None and steps_here < CAPTURE_STEPS:
+            return self.gpu_lock
+        return contextlib.nullcontext()
 
     # ---- loop ----
     def run(self) -> None:
@@ -272,11 +288,14 @@ class Trainer:
         cfg = self.cfg
         last_ckpt = time.time()
         window_loss, window_t, data_s = [], time.time(), 0.0
+        steps_here = 0
         while time.time() - start < budget:
             t0 = time.time()
             batch = next(batches)
             data_s += time.time() - t0
-            window_loss.append(self.train_step(batch, lr_scale(time.time() - start, budget, cfg.decay)))
+            with self.capture_guard(steps_here):
+                window_loss.append(self.train_step(batch, lr_scale(time.time() - start, budget, cfg.decay)))
+            steps_here += 1
             if self.step % cfg.log_every == 0:
                 now = time.time()
                 self.log(step=self.step, loss=torch.stack(window_loss).mean().item(),
