@@ -4,11 +4,11 @@ a JSONL log and a validation metric."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import math
-import contextlib
 import os
 import sys
 import threading
