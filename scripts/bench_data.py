@@ -5,6 +5,7 @@ and with --step, what the producer costs the training step it runs beside.
     python scripts/bench_data.py --batch 4 --window 4 --device cpu      # synthetic data, anywhere
     python scripts/bench_data.py --step --batch 32                      # the step, with and without it
     python scripts/bench_data.py --step --switch-ms 5,1,0.2 --compile-mode reduce-overhead
+    python scripts/bench_data.py --step --compile-mode reduce-overhead --model '{"layers": 12}'
 
 At batch 32 the producer, not the GPU, bounds training (docs/training.md, "Two runs at once"). Each
 part is timed with the device synchronised around it, over --n batches after two warm-up batches, so
@@ -78,6 +79,7 @@ def main() -> None:
     ap.add_argument("--step", action="store_true", help="time the training step with and without the producer")
     ap.add_argument("--switch-ms", default="5", help="GIL switch intervals to time the fed step at (ms, comma-separated)")
     ap.add_argument("--compile-mode", default="default", help="torch.compile mode of the step (--step)")
+    ap.add_argument("--model", default="{}", help='model settings as JSON (e.g. \'{"layers": 12}\'), as in train.py')
     ap.add_argument("--out", type=Path, help="also write the timings here as JSON")
     args = ap.parse_args()
     dev = torch.device(args.device)
@@ -90,8 +92,8 @@ def main() -> None:
             synthetic_data(data)
         cfg = TrainConfig(batch=args.batch, window_seconds=args.window, compile=args.step, bf16=args.step,
                           compile_mode=args.compile_mode)
-        tr = Trainer(cfg, ModelConfig(precondition="obs_skip"), CodecConfig(scale=3.0), data, Path(tmp) / "run",
-                     device=args.device)
+        model = ModelConfig.from_dict({"precondition": "obs_skip", **json.loads(args.model)})
+        tr = Trainer(cfg, model, CodecConfig(scale=3.0), data, Path(tmp) / "run", device=args.device)
         syncs = host_syncs(tr.maker)  # before any timing wrapper adds its own
         if args.step:
             switch = [float(v) for v in args.switch_ms.split(",")]
@@ -196,7 +198,8 @@ def report(args, per: dict[str, float], syncs: float | None) -> None:
     if syncs is not None:
         print(f"  {'host syncs per batch':40s} {syncs:8.1f}")
     if args.out:
-        key = {"mode": "step", "ms": per} if args.step else {"ms_per_batch": per}
+        key = ({"mode": "step", "model": json.loads(args.model), "compile_mode": args.compile_mode, "ms": per}
+               if args.step else {"ms_per_batch": per})
         args.out.write_text(json.dumps({"device": args.device, "batch": args.batch, "window_s": args.window, **key,
                                         "host_syncs_per_batch": syncs}, indent=2))
 
