@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from restore import weights  # noqa: E402
 from restore.config import CodecConfig, ModelConfig  # noqa: E402
 from restore.training.trainer import TrainConfig, Trainer  # noqa: E402
 from restore.training.degrade import DegradeConfig  # noqa: E402
@@ -29,7 +30,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--minutes", type=float, default=None)
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--init", default=None, help="model folder to start from (e.g. the shipped model)")
+    ap.add_argument("--init", default=None, help="model folder to start from (e.g. the shipped model); its "
+                    "model and codec settings are the run's unless --config sets them")
     ap.add_argument("--config", default="{}", help="JSON with optional model/codec/train/degrade sections")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--export-only", action="store_true", help="write out/export from the checkpoint and stop")
@@ -41,10 +43,13 @@ def main() -> None:
     if args.device == "cpu":
         train.setdefault("compile", False)
         train.setdefault("producer", "inline")  # a producer beside the step only takes turns with it on a CPU
-    # new models train with the observation skip (docs/training.md, "The observation skip")
-    model = {"precondition": "obs_skip", **over.get("model", {})}
-    trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(model),
-                      CodecConfig.from_dict({**DEFAULT_CODEC, **over.get("codec", {})}), args.data, args.out,
+    # the model and codec settings of --init (a grown model's depth, say), else the defaults; new models
+    # train with the observation skip (docs/training.md, "The observation skip"); --config overrides
+    init = weights.load(args.init) if args.init else None
+    model = {**(init.model.to_dict() if init else {}), "precondition": "obs_skip", **over.get("model", {})}
+    codec = {**(init.codec.to_dict() if init else DEFAULT_CODEC), **over.get("codec", {})}
+    trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(model), CodecConfig.from_dict(codec),
+                      args.data, args.out,
                       device=args.device, init=args.init, degrade_cfg=DegradeConfig.from_dict(over.get("degrade")))
     if args.resume and trainer.resume():
         print(f"resumed at step {trainer.step}", flush=True)
