@@ -147,3 +147,21 @@ def test_a_run_sets_the_switch_interval_while_it_trains_and_restores_it(train_da
     start = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
     assert start["event"] == "start" and start["switch_interval_ms"] == 0.5
     assert (tmp_path / "run" / "ckpt.pt").exists()
+
+
+def test_validate_model_scores_finished_models_as_the_training_log_does(train_data_dir, tiny_model, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "validate_model.py"
+    out = subprocess.run([sys.executable, str(script), str(train_data_dir), str(tiny_model)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    files = weights.load(tiny_model)
+    tr = Trainer(TrainConfig(compile=False, bf16=False, producer="inline", batch=2), files.model, files.codec,
+                 train_data_dir, tmp_path / "run", device="cpu", init=tiny_model)
+    want = tr.validate()
+    assert got["model"] == str(tiny_model) and got["val_loss"] == pytest.approx(want["val_loss"], abs=1e-4)
+    assert got["val_x0_err_t1"] == pytest.approx(want["val_x0_err_t1"], abs=1e-4)
