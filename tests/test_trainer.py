@@ -3,6 +3,9 @@ format scripts/prepare_data.py writes): it learns, checkpoints, resumes exactly,
 restorer loads, and starts an observation skip from a model that had none."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,10 +153,6 @@ def test_a_run_sets_the_switch_interval_while_it_trains_and_restores_it(train_da
 
 
 def test_validate_model_scores_finished_models_as_the_training_log_does(train_data_dir, tiny_model, tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(__file__).resolve().parent.parent / "scripts" / "validate_model.py"
     out = subprocess.run([sys.executable, str(script), str(train_data_dir), str(tiny_model)],
                          capture_output=True, text=True, timeout=600)
