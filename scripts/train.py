@@ -50,7 +50,7 @@ def main() -> None:
     codec = {**(init.codec.to_dict() if init else DEFAULT_CODEC), **over.get("codec", {})}
     trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(model), CodecConfig.from_dict(codec),
                       args.data, args.out,
-                      device=args.device, init=args.init, degrade_cfg=DegradeConfig.from_dict(over.get("degrade")))
+                      device=args.device, init=init, degrade_cfg=DegradeConfig.from_dict(over.get("degrade")))
     if args.resume and trainer.resume():
         print(f"resumed at step {trainer.step}", flush=True)
     if not args.export_only:

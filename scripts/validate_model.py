@@ -33,7 +33,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for m in args.models:
             files = weights.load(m)
-            tr = Trainer(cfg, files.model, files.codec, args.data, tmp, device=args.device, init=m)
+            tr = Trainer(cfg, files.model, files.codec, args.data, tmp, device=args.device, init=files)
             scores = {k: round(v, 4) for k, v in tr.validate().items()}
             print(json.dumps({"model": m, **scores}), flush=True)
 

@@ -68,7 +68,7 @@ class TrainConfig(BaseConfig):
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, model_cfg: ModelConfig, codec_cfg: CodecConfig, data_dir: str | Path,
-                 out_dir: str | Path, device: str = "cuda", init: str | Path | None = None,
+                 out_dir: str | Path, device: str = "cuda", init: str | Path | weights.ModelFiles | None = None,
                  degrade_cfg: DegradeConfig | None = None):
         self.cfg, self.model_cfg, self.codec_cfg = cfg, model_cfg, codec_cfg
         self.device = torch.device(device)
@@ -92,13 +92,13 @@ class Trainer:
         self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
         self.model = DiT(model_cfg, codec_cfg).to(self.device)
         if init is not None:
-            files = weights.load(init)
+            files = init if isinstance(init, weights.ModelFiles) else weights.load(init)  # a folder, or loaded
             missing, unexpected = self.model.load_state_dict({k: v.float() for k, v in files.state.items()},
                                                              strict=False)
             # a model without the observation skip may start one: the skip keeps its initial values and
             # the output layer, which predicted whole velocities, restarts from zero (the skip's estimate)
             if unexpected or any(not k.startswith("skip.") for k in missing):
-                raise ValueError(f"{init}: weights do not match (missing {missing[:5]}, unexpected {unexpected[:5]})")
+                raise ValueError(f"{'the init' if init is files else init}: weights do not match (missing {missing[:5]}, unexpected {unexpected[:5]})")
             if missing:
                 torch.nn.init.zeros_(self.model.out.weight)
                 torch.nn.init.zeros_(self.model.out.bias)
