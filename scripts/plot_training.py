@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 
 import matplotlib
 
@@ -65,7 +64,9 @@ def main(log: str, out: str) -> None:
     axes[2].set(xlabel="step", ylabel="SI-SDR (dB)", title="validation SI-SDR")
     axes[0].legend()
     axes[2].legend()
-    at = Counter()
+    lo, hi = axes[0].get_xlim()
+    near = 0.09 * (hi - lo)  # a label's width, about: closer starts go on the next row down
+    placed: list[tuple[float, int]] = []
     for i, (name, part) in enumerate(parts):  # where each later run starts, named
         step = part[0]["step"]
         if step == 0 and i == 0:
@@ -73,10 +74,13 @@ def main(log: str, out: str) -> None:
         for ax in axes:
             if ax.axison:
                 ax.axvline(step, color="k", lw=0.6, ls=":")
+        row = 0
+        while any(r == row and abs(step - s) < near for s, r in placed):
+            row += 1
+        placed.append((step, row))
         top = axes[0].get_ylim()[1]
-        axes[0].annotate(f" {name}", (step, top), xytext=(0, -10 * at[step]), textcoords="offset points",
+        axes[0].annotate(f" {name}", (step, top), xytext=(0, -10 * row), textcoords="offset points",
                          va="top", fontsize=8, color=colours[i % len(colours)])
-        at[step] += 1
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     print(f"wrote {out}")
