@@ -1,7 +1,7 @@
 """The MLX engine and the apple plan on Linux (mlx[cpu]: no GPU, so both MLP shares run on CPU streams,
 the same graph as a Mac's GPU + CPU split). Tolerances: relative L2 of the velocity against the fp32
 torch reference, 1e-5 in fp32 (measured ~5e-7) and 2e-2 with bf16 GEMMs (measured 3e-5-7e-5 on this tiny
-model, 3.5e-3-5.7e-3 on an earlier shipped 8-layer one); audio from the apple plan against the cpu plan, 1e-4."""
+model; on real weights, README "What is tested where"); audio from the apple plan against the cpu plan, 1e-4."""
 
 import numpy as np
 import pytest
