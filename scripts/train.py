@@ -5,6 +5,10 @@
 
 Each run stops after --minutes of wall time with a checkpoint (out/ckpt.pt; --resume continues it) and
 exports the EMA weights to out/export as safetensors shards of at most 15 MiB plus config.json.
+
+On several GPUs of one machine, as data-parallel replicas of one model (restore/training/replicas.py):
+
+    torchrun --standalone --nproc_per_node 2 scripts/train.py --data /tmp/data --out /tmp/run ...
 """
 
 from __future__ import annotations
@@ -55,8 +59,10 @@ def main() -> None:
         print(f"resumed at step {trainer.step}", flush=True)
     if not args.export_only:
         trainer.run()
-    paths = trainer.export(Path(args.out) / "export")
-    print(f"step {trainer.step}; exported {[p.name for p in paths]}", flush=True)
+    if trainer.replicas.lead:
+        paths = trainer.export(Path(args.out) / "export")
+        print(f"step {trainer.step}; exported {[p.name for p in paths]}", flush=True)
+    trainer.replicas.close()
 
 
 if __name__ == "__main__":

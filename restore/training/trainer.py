@@ -1,6 +1,6 @@
 """Rectified-flow training of the DiT on codec latents, with condition dropout so that the u, so and
 sot branches are all trained, bf16 autocast on the GPU, an EMA of the weights, resumable checkpoints,
-a JSONL log and a validation metric."""
+a JSONL log and a validation metric; on several GPUs at once as data-parallel replicas (replicas.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from ..sampling import timesteps
 from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
 from .data import load_validation
 from .degrade import DegradeConfig
+from .replicas import Replicas
 
 CAPTURE_STEPS = 20  # steps of a process that may capture CUDA graphs (torch.compile records them in the first few)
 
@@ -71,10 +72,12 @@ class Trainer:
                  out_dir: str | Path, device: str = "cuda", init: str | Path | weights.ModelFiles | None = None,
                  degrade_cfg: DegradeConfig | None = None):
         self.cfg, self.model_cfg, self.codec_cfg = cfg, model_cfg, codec_cfg
-        self.device = torch.device(device)
+        self.replicas = rep = Replicas.from_env(device)
+        self.device = torch.device(rep.device(device))
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
+        seed = cfg.seed + 1000 * rep.rank  # each replica its own windows, degradations, noise and t
         if cfg.producer not in PRODUCERS:
             raise ValueError(f"unknown producer {cfg.producer!r}: choose one of {', '.join(PRODUCERS)}")
         self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
@@ -86,7 +89,7 @@ class Trainer:
             data_dir=str(data_dir), device=str(self.device), window=self.window,
             sample_rate=codec_cfg.sample_rate, hop=self.codec.hop, max_tokens=model_cfg.text.max_tokens,
             batch=cfg.batch, p_uncond=cfg.p_uncond, p_drop_text=cfg.p_drop_text, pad_text=cfg.compile,
-            floor_db=cfg.target_floor_db, seed=cfg.seed, degrade=degrade_cfg))
+            floor_db=cfg.target_floor_db, seed=seed, degrade=degrade_cfg))
         self.data = self.maker.data
         self.batch_state = self.maker.state()  # the maker's state after the last batch trained on
         self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
@@ -102,6 +105,7 @@ class Trainer:
             if missing:
                 torch.nn.init.zeros_(self.model.out.weight)
                 torch.nn.init.zeros_(self.model.out.bias)
+        rep.broadcast_parameters(self.model)
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.ema_params, self.model_params = list(self.ema.parameters()), list(self.model.parameters())
         decay, no_decay = [], []
@@ -111,7 +115,7 @@ class Trainer:
                                       {"params": no_decay, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
         self.step = 0
-        self.dgen = torch.Generator(device=self.device).manual_seed(cfg.seed + 2)  # noise, t (device)
+        self.dgen = torch.Generator(device=self.device).manual_seed(seed + 2)  # noise, t (device)
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self.forward = torch.compile(self.model, mode=mode) if cfg.compile else self.model
         # CUDA graphs are captured in the first steps, and a capture fails if the producer thread makes
@@ -125,9 +129,13 @@ class Trainer:
 
     # ---- state ----
     def save_checkpoint(self) -> None:
+        """Rank 0 writes the weights and every replica's data state (all replicas call this together)."""
+        streams = self.replicas.gather({"batches": self.batch_state, "dgen": self.dgen.get_state()})
+        if not self.replicas.lead:
+            return
         state = {"model": self.model.state_dict(), "ema": self.ema.state_dict(), "opt": self.opt.state_dict(),
                  "step": self.step, "batches": self.batch_state, "dgen": self.dgen.get_state(),
-                 "elapsed": self.elapsed(),
+                 "replicas": streams[1:], "elapsed": self.elapsed(),
                  "config": {"train": self.cfg.to_dict(), "model": self.model_cfg.to_dict(),
                             "codec": self.codec_cfg.to_dict()}}
         tmp = self.out / "ckpt.pt.tmp"
@@ -143,9 +151,13 @@ class Trainer:
         self.ema.load_state_dict(state["ema"])
         self.opt.load_state_dict(state["opt"])
         self.step = state["step"]
-        self.batch_state = state["batches"]
+        streams = [{"batches": state["batches"], "dgen": state["dgen"]}, *state.get("replicas", [])]
+        if len(streams) != self.replicas.world:
+            raise ValueError(f"{path}: saved by {len(streams)} replica(s), resumed by {self.replicas.world}")
+        mine = streams[self.replicas.rank]
+        self.batch_state = mine["batches"]
         self.maker.set_state(self.batch_state)
-        self.dgen.set_state(state["dgen"])
+        self.dgen.set_state(mine["dgen"].cpu())
         self.elapsed_before = state.get("elapsed", 0.0)
         return True
 
@@ -160,6 +172,8 @@ class Trainer:
         return weights.save(folder, self.model_cfg, self.codec_cfg, self.ema.state_dict(), {**base, **(info or {})})
 
     def log(self, **record) -> None:
+        if not self.replicas.lead:
+            return
         with open(self.log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -199,6 +213,7 @@ class Trainer:
         loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        self.replicas.average_gradients(self.model_params)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         lr = cfg.lr * min(1.0, (self.step + 1) / cfg.warmup) * lr_scale
         for g in self.opt.param_groups:
@@ -273,7 +288,8 @@ class Trainer:
         batches = self.batches()
         self.log(event="start", step=self.step, parameters=count_parameters(self.model),
                  speech_minutes=round(self.data.minutes(), 1), device=str(self.device), producer=cfg.producer,
-                 switch_interval_ms=cfg.switch_interval_ms, compile_mode=cfg.compile_mode)
+                 switch_interval_ms=cfg.switch_interval_ms, compile_mode=cfg.compile_mode,
+                 replicas=self.replicas.world)
         switch = sys.getswitchinterval()
         sys.setswitchinterval(cfg.switch_interval_ms / 1000)
         try:
@@ -281,32 +297,40 @@ class Trainer:
         finally:
             sys.setswitchinterval(switch)
             batches.close()  # stops the producer
-        self.log(step=self.step, **self.validate())
+        self.replicas.check_identical(self.model)
+        if self.replicas.lead:
+            self.log(step=self.step, **self.validate())
         self.save_checkpoint()
 
     def _loop(self, batches, start: float, budget: float) -> None:
-        cfg = self.cfg
-        last_ckpt = time.time()
+        """Steps until the budget is spent. The run's clock (learning rate, checkpoints, the stop) is rank 0's,
+        agreed at every step by one replica and at every logged step by several (one synchronisation per
+        log_every steps), so that all replicas take the same decisions at the same step."""
+        cfg, rep = self.cfg, self.replicas
+        clock = rep.agree(time.time() - start)
+        last_ckpt = clock
         window_loss, window_t, data_s = [], time.time(), 0.0
         steps_here = 0
-        while time.time() - start < budget:
+        while clock < budget:
             t0 = time.time()
             batch = next(batches)
             data_s += time.time() - t0
             with self.capture_guard(steps_here):
-                window_loss.append(self.train_step(batch, lr_scale(time.time() - start, budget, cfg.decay)))
+                window_loss.append(self.train_step(batch, lr_scale(clock, budget, cfg.decay)))
             steps_here += 1
+            if rep.world == 1 or self.step % cfg.log_every == 0:
+                clock = rep.agree(time.time() - start)
             if self.step % cfg.log_every == 0:
                 now = time.time()
                 self.log(step=self.step, loss=torch.stack(window_loss).mean().item(),
                          lr=self.opt.param_groups[0]["lr"], steps_per_s=len(window_loss) / (now - window_t),
                          data_share=round(data_s / (now - window_t), 3), elapsed=round(self.elapsed(), 1))
                 window_loss, window_t, data_s = [], now, 0.0
-            if self.step % cfg.val_every == 0:
+            if self.step % cfg.val_every == 0 and rep.lead:
                 self.log(step=self.step, **self.validate())
-            if time.time() - last_ckpt > cfg.ckpt_minutes * 60:
+            if clock - last_ckpt > cfg.ckpt_minutes * 60:
                 self.save_checkpoint()
-                last_ckpt = time.time()
+                last_ckpt = clock
 
 
 def lr_scale(elapsed: float, budget: float, decay: float) -> float:
