@@ -93,5 +93,8 @@ class Replicas:
             raise RuntimeError(f"replica weights differ (rank 0 against the others): {[s[:3] for s in seen]}")
 
     def close(self) -> None:
+        """Leave together: a replica that left while rank 0 still exported could take the launcher, and rank
+        0 with it, down first (seen on the CPU: torchrun stops every replica when one exits badly)."""
         if self.world > 1 and dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()
