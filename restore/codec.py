@@ -2,7 +2,8 @@
 
 The first codec is a fixed invertible transform: a compressed complex STFT (sqrt-Hann windows at 50%
 overlap, amplitude compressed as |X|^p e^{i angle X} and scaled to roughly unit variance). A learned codec can
-replace it behind the same interface: `frames`, `encode`, `decode`, `level_gain`, `latent_dim`.
+replace it behind the same interface: `frames`, `encode`, `decode`, `level_gain`, `latent_dim`, and
+`spectrum` / `latents` (latents <-> a complex time-frequency representation the pipeline can mix in).
 """
 
 from __future__ import annotations
@@ -16,6 +17,22 @@ from .config import CodecConfig
 _TINY = 1e-12  # keeps the compression differentiable and finite at |X| = 0
 
 
+def compress(spec: torch.Tensor, config: CodecConfig) -> torch.Tensor:
+    """Complex STFT (..., bins) -> latents (..., 2 * bins): |X|^p e^{i angle X}, scaled."""
+    re, im = spec.real.float(), spec.imag.float()
+    gain = (re.square() + im.square() + _TINY) ** ((config.power - 1.0) / 2.0) * config.scale
+    return torch.cat([re * gain, im * gain], dim=-1)
+
+
+def decompress(latents: torch.Tensor, config: CodecConfig) -> torch.Tensor:
+    """Latents (..., 2 * bins) -> complex STFT (..., bins), the compression undone."""
+    bins = latents.shape[-1] // 2
+    re, im = latents.float()[..., :bins], latents.float()[..., bins:]
+    c2 = (re.square() + im.square()) / config.scale**2
+    gain = (c2 + _TINY) ** ((1.0 / config.power - 1.0) / 2.0) / config.scale
+    return torch.complex(re * gain, im * gain)
+
+
 class Codec(Protocol):
     config: CodecConfig
     latent_dim: int
@@ -25,6 +42,8 @@ class Codec(Protocol):
     def encode(self, wave: torch.Tensor) -> torch.Tensor: ...
     def decode(self, latents: torch.Tensor) -> torch.Tensor: ...
     def level_gain(self, ref: torch.Tensor, est: torch.Tensor) -> torch.Tensor: ...
+    def spectrum(self, latents: torch.Tensor) -> torch.Tensor: ...
+    def latents(self, spec: torch.Tensor) -> torch.Tensor: ...
 
 
 class STFTCodec(torch.nn.Module):
@@ -56,10 +75,15 @@ class STFTCodec(torch.nn.Module):
         pad = (self.n_fft - self.hop) // 2
         x = torch.nn.functional.pad(wave.float(), (pad, pad))
         frames = x.unfold(-1, self.n_fft, self.hop) * self.window  # (B, T, n_fft)
-        spec = torch.fft.rfft(frames, dim=-1)  # (B, T, bins) complex
-        mag2 = spec.real.square() + spec.imag.square()
-        gain = (mag2 + _TINY) ** ((self.config.power - 1.0) / 2.0) * self.config.scale
-        return torch.cat([spec.real * gain, spec.imag * gain], dim=-1)
+        return compress(torch.fft.rfft(frames, dim=-1), self.config)
+
+    def latents(self, spec: torch.Tensor) -> torch.Tensor:
+        """(B, T, bins) complex STFT -> (B, T, 2 * bins) latents."""
+        return compress(spec, self.config)
+
+    def spectrum(self, latents: torch.Tensor) -> torch.Tensor:
+        """(B, T, 2 * bins) latents -> (B, T, bins) complex STFT."""
+        return decompress(latents, self.config)
 
     def level_gain(self, ref: torch.Tensor, est: torch.Tensor) -> torch.Tensor:
         """(B, 1, 1): the factor on each row of latents `est` (B, T, 2 * bins) that gives its audio the
@@ -76,13 +100,8 @@ class STFTCodec(torch.nn.Module):
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """(B, T, 2 * bins) latents -> (B, T * hop) audio."""
-        b, t, d = latents.shape
-        bins = d // 2
-        re, im = latents.float()[..., :bins], latents.float()[..., bins:]
-        c2 = (re.square() + im.square()) / self.config.scale**2
-        gain = (c2 + _TINY) ** ((1.0 / self.config.power - 1.0) / 2.0) / self.config.scale
-        spec = torch.complex(re * gain, im * gain)
-        frames = torch.fft.irfft(spec, n=self.n_fft, dim=-1) * self.window  # (B, T, n_fft)
+        b, t, _ = latents.shape
+        frames = torch.fft.irfft(decompress(latents, self.config), n=self.n_fft, dim=-1) * self.window
         length = (t - 1) * self.hop + self.n_fft
         out = torch.nn.functional.fold(
             frames.transpose(1, 2), output_size=(1, length), kernel_size=(1, self.n_fft), stride=(1, self.hop)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..codec import _TINY as TINY  # the codec's own guard at |X| = 0, so both compress alike
+from ..codec import compress as codec_compress, decompress as codec_decompress
 from ..config import CodecConfig
 from .chunks import QUERY_GUARD, Chunk, ChunkLayer
 
@@ -182,15 +182,10 @@ class ANEDecode(nn.Module):
 def compress(spec: torch.Tensor, cfg: CodecConfig) -> torch.Tensor:
     """ANEEncode's output (B, 2 bins, 1, T) -> latents (B, T, 2 bins), the codec's compression in fp32."""
     x = spec.float().squeeze(2).transpose(1, 2) / SPEC_SCALE
-    re, im = x[..., : cfg.bins], x[..., cfg.bins :]
-    gain = (re.square() + im.square() + TINY) ** ((cfg.power - 1.0) / 2.0) * cfg.scale
-    return torch.cat([re * gain, im * gain], dim=-1)
+    return codec_compress(torch.complex(x[..., : cfg.bins], x[..., cfg.bins :]), cfg)
 
 
 def decompress(latents: torch.Tensor, cfg: CodecConfig) -> torch.Tensor:
     """latents (B, T, 2 bins) -> ANEDecode's input (B, 2 bins, 1, T), in fp32."""
-    x = latents.float()
-    re, im = x[..., : cfg.bins], x[..., cfg.bins :]
-    c2 = (re.square() + im.square()) / cfg.scale**2
-    gain = (c2 + TINY) ** ((1.0 / cfg.power - 1.0) / 2.0) / cfg.scale
-    return torch.cat([re * gain, im * gain], dim=-1).transpose(1, 2).unsqueeze(2)
+    spec = codec_decompress(latents, cfg)
+    return torch.cat([spec.real, spec.imag], dim=-1).transpose(1, 2).unsqueeze(2)
