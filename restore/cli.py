@@ -55,6 +55,7 @@ def restore(
     steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the model's setting for the sampler, else the preset's).")] = None,
     guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
     strength: Annotated[Optional[float], typer.Option(help="How much of the model's correction to apply on top of its gentle linear estimate, 0-2 (default: the model's setting, else 1).")] = None,
+    keep_input: Annotated[Optional[str], typer.Option("--keep-input", help="Keep the input where the restoration took out less than this many dB below itself (higher keeps less), or 'off' (default: the model's setting, else off).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sampler noise; the same seed gives the same output.")] = 0,
     transcript: Annotated[Optional[str], typer.Option(help="Transcript text, or a .txt file. Default: a sidecar NAME.txt if present.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
@@ -76,7 +77,7 @@ def restore(
     from . import api
 
     try:
-        code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, strength=strength, seed=seed,
+        code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, strength=strength, keep=keep_input, seed=seed,
                        transcript=transcript, device=device, plan=plan.value, sample_rate=sample_rate,
                        channels=channels.value, level=level.value, format=format, overwrite=overwrite, model=model, report=report,
                        batch=batch, trace=trace, mlp_share=mlp_share, compile=compile.value, progress=not quiet and sys.stderr.isatty())

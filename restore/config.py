@@ -102,6 +102,8 @@ class SamplerConfig(BaseConfig):
     strength: float = 1.0      # share of the network's correction on top of the observation skip's linear
                                # estimate, taken on the full-strength result (0: the linear estimate alone;
                                # models with the skip only)
+    keep_db: float | None = None  # keep the input in bins where the restoration took out less than this
+                                  # many dB below itself (restore/pipeline/keep.py); None: off
 
     @classmethod
     def preset(cls, name: str) -> "SamplerConfig":

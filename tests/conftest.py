@@ -39,6 +39,22 @@ def tiny_model(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def live_model(tiny_model, tmp_path_factory):
+    """The tiny model with its zero-initialised layers (adaLN-zero modulation, output layer) made random:
+    a freshly initialised DiT predicts zero velocity, so its output would not depend on the input or
+    the transcript at all."""
+    from restore import weights
+
+    files = weights.load(tiny_model)
+    g = torch.Generator().manual_seed(1)
+    state = {k: v + 0.05 * torch.randn(v.shape, generator=g) if v.is_floating_point() and not v.any() else v
+             for k, v in files.state.items()}
+    folder = tmp_path_factory.mktemp("live_model")
+    weights.save(folder, files.model, files.codec, state, dtype=torch.float32)
+    return folder
+
+
 @pytest.fixture
 def wav(tmp_path):
     """Write a speech-like file: wav(name, seconds, sr=16000, channels=1) -> path."""

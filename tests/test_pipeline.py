@@ -27,20 +27,6 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def live_model(tiny_model, tmp_path_factory):
-    """The tiny model with its zero-initialised layers (adaLN-zero modulation, output layer) made random:
-    a freshly initialised DiT predicts zero velocity, so its output would not depend on the input or
-    the transcript at all."""
-    files = weights.load(tiny_model)
-    g = torch.Generator().manual_seed(1)
-    state = {k: v + 0.05 * torch.randn(v.shape, generator=g) if v.is_floating_point() and not v.any() else v
-             for k, v in files.state.items()}
-    folder = tmp_path_factory.mktemp("live_model")
-    weights.save(folder, files.model, files.codec, state, dtype=torch.float32)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def restorer(live_model):
     return Restorer(live_model, window=WindowConfig(seconds=3.0, overlap=0.5))
 

@@ -21,6 +21,7 @@ from ..engines.trace import Tracer
 from ..sampling import guided_steps
 from ..errors import InputError, RestoreError, UsageError
 from .job import CHANNEL_MODES, LEVEL_RMS, FileJob, FileReport, Window, find_transcript  # noqa: F401
+from .keep import keep_input
 from .loop import generate_latents, noise_draws
 from .noise import WindowNoise
 from .windows import Geometry
@@ -37,7 +38,8 @@ class Progress:
 
 
 def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: float | None = None,
-                   model_presets: dict | None = None, strength: float | None = None) -> SamplerConfig:
+                   model_presets: dict | None = None, strength: float | None = None,
+                   keep: str | float | None = None) -> SamplerConfig:
     """The preset, then the model's own overrides of it (config.json `samplers`), then the caller's."""
     try:
         cfg = SamplerConfig.preset(sampler)
@@ -60,7 +62,22 @@ def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: flo
         if not 0.0 <= strength <= 2.0:
             raise UsageError(f"--strength must be between 0 and 2, got {strength}")
         cfg = replace(cfg, strength=strength)
+    if keep is not None:
+        cfg = replace(cfg, keep_db=_keep_db(keep))
     return cfg
+
+
+def _keep_db(keep: str | float) -> float | None:
+    """--keep-input: 'off', or a level in dB (restore/pipeline/keep.py)."""
+    if str(keep).strip().lower() == "off":
+        return None
+    try:
+        db = float(keep)
+    except ValueError:
+        raise UsageError(f"--keep-input takes 'off' or a level in dB, got {keep!r}") from None
+    if not -20.0 <= db <= 40.0:
+        raise UsageError(f"--keep-input must be 'off' or between -20 and 40 dB, got {keep}")
+    return db
 
 
 SHORT_WINDOW_QUANTUM = 125  # codec frames (2 s at 62.5 frames/s): the step of short-file windows
@@ -126,14 +143,14 @@ class Restorer:
 
     def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], *, sampler: str = "pro",
                       steps: int | None = None, guidance: float | None = None, strength: float | None = None,
-                      batch_rows: int = 1,
+                      keep: str | float | None = None, batch_rows: int = 1,
                       progress: Callable[[Progress], None] | None = None, **options
                       ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
         """Restore many files, yielding (input, output, report or error) as each one finishes. Windows
         of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
         faster so); each window keeps its own seed, so batching does not change the audio. A file that
         cannot be opened, or fails, is reported and the others go on."""
-        cfg = sampler_config(sampler, steps, guidance, self.files.samplers, strength)
+        cfg = sampler_config(sampler, steps, guidance, self.files.samplers, strength, keep)
         if cfg.strength != 1.0 and self.skip is None:
             raise UsageError("--strength needs a model with the observation skip (precondition obs_skip)")
         failed: list[tuple[Path, Path, RestoreError]] = []
@@ -236,6 +253,8 @@ class Restorer:
                                            self.codec.level_gain):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
+        if cfg.keep_db is not None:
+            latents = keep_input(self.codec, obs, latents, cfg.keep_db)
         return latents
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
