@@ -133,8 +133,8 @@ class Restorer:
                      **options) -> FileReport:
         """Restore `input` into `output` (format from its extension, at the input's rate unless
         `sample_rate` is given); the output appears only when complete. Options: sampler, steps,
-        guidance, strength, seed, transcript, channels, sample_rate, overwrite, level ("input": as loud as
-        the input, the default; "model": as restored)."""
+        guidance, strength, keep ("off" or dB), seed, transcript, channels, sample_rate, overwrite,
+        level ("input": as loud as the input, the default; "model": as restored)."""
         for _, _, result in self.restore_files([(input, output)], progress=progress, **options):
             if isinstance(result, RestoreError):
                 raise result
