@@ -37,12 +37,6 @@ class Plan:
     worker_backend: str = "torch"   # the worker's chunks: "torch" (CPU) or "coreml" (Neural Engine, macOS)
     noise_threads: int = 0          # threads drawing the sampler's noise a step ahead (0: inline; restore/pipeline/noise.py)
 
-    @property
-    def static_shapes(self) -> bool:
-        """Whether every window must have the full window shape (compiled programs, worker buffers);
-        otherwise a file shorter than a window gets a shorter window."""
-        return self.worker or self.compile is not None
-
 
 def apple_silicon() -> bool:
     """An Apple Silicon Mac with MLX installed: where `auto` picks the apple plan."""

@@ -80,10 +80,7 @@ class FileJob:
 
     def __init__(self, input: str | Path, output: str | Path, *, model_rate: int, geometry: Geometry,
                  cfg: SamplerConfig, seed: int = 0, transcript: str | None = None, channels: str = "auto",
-                 sample_rate: int | None = None, overwrite: bool = True, tracer=None, short: int | None = None,
-                 level: str = "input"):
-        """`short`: if given, a file shorter than one window gets one window of a multiple of `short`
-        samples instead of the full window (plans without fixed shapes)."""
+                 sample_rate: int | None = None, overwrite: bool = True, tracer=None, level: str = "input"):
         self.started = time.perf_counter()
         self.input, self.output = Path(input), Path(output)
         self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, seed, tracer
@@ -103,8 +100,6 @@ class FileJob:
         self.out_rate = sample_rate or info.sample_rate
         self.gain = LEVEL_RMS / max(levels.rms, 1e-6)
         self.total = int(round(info.frames * model_rate / info.sample_rate))
-        if short:
-            self.geometry = geometry = geometry.fit(self.total, short)
         self.count = geometry.count(self.total)
         self.stitch = Stitcher(geometry)
         self.back = audio.StreamResampler(model_rate, self.out_rate, self.rows)

@@ -80,9 +80,6 @@ def _keep_db(keep: str | float) -> float | None:
     return db
 
 
-SHORT_WINDOW_QUANTUM = 125  # codec frames (2 s at 62.5 frames/s): the step of short-file windows
-
-
 class Restorer:
     """Loads a model once and restores files with it.
 
@@ -155,13 +152,11 @@ class Restorer:
             raise UsageError("--strength needs a model with the observation skip (precondition obs_skip)")
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
-        # Short files get a short window unless shapes must stay fixed or windows of files are batched.
-        short = None if batch_rows > 1 or self.plan.static_shapes else SHORT_WINDOW_QUANTUM * self.codec.hop
 
         def all_windows() -> Iterator[Window]:
             for src, dst in pairs:
                 try:
-                    job = FileJob(src, dst, model_rate=self.sample_rate, geometry=self.geometry, cfg=cfg, short=short,
+                    job = FileJob(src, dst, model_rate=self.sample_rate, geometry=self.geometry, cfg=cfg,
                                   tracer=self.tracer, **options)
                 except RestoreError as e:
                     failed.append((Path(src), Path(dst), e))

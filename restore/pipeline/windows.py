@@ -30,13 +30,6 @@ class Geometry:
     def hop(self) -> int:
         return self.length - self.overlap
 
-    def fit(self, total: int, quantum: int) -> "Geometry":
-        """For an input shorter than one window: a single window rounded up to `quantum` samples, so
-        that a 5 s file does not pay for 30 s of padding."""
-        if total > self.length - self.overlap:
-            return self
-        return Geometry(min(self.length, -(-max(total, 1) // quantum) * quantum), 0)  # one window: no overlap
-
     def count(self, total: int) -> int:
         """Windows needed to cover `total` samples."""
         return max(1, math.ceil(max(total - self.overlap, 1) / self.hop))
