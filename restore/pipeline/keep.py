@@ -24,19 +24,24 @@ _TINY = 1e-20
 SMOOTH = 3  # bins (frames and frequencies) the powers are averaged over
 
 
+def _power(z: torch.Tensor) -> torch.Tensor:
+    """|z|^2 without the square root."""
+    return z.real.square() + z.imag.square()
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """p (B, T, F) averaged over SMOOTH x SMOOTH neighbouring bins."""
+    return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
+
+
 def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float) -> torch.Tensor:
     """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend."""
     y, s = codec.spectrum(obs), codec.spectrum(est)
-    power = lambda z: z.real.square() + z.imag.square()  # noqa: E731  (|z|^2 without the square root)
-    s2, dims = power(s), tuple(range(1, y.ndim))
+    s2, dims = _power(s), tuple(range(1, y.ndim))
     g = ((y * s.conj()).real.sum(dims) / s2.sum(dims).clamp_min(_TINY)).clamp(0.1, 10.0)
     g = g.reshape(-1, *([1] * (y.ndim - 1)))
     s = s * g
     r = y - s
-
-    def local(p: torch.Tensor) -> torch.Tensor:
-        return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
-
-    num = local(s2 * g.square())
-    b = num / (num + 10.0 ** (keep_db / 10.0) * local(power(r))).clamp_min(_TINY)
+    num = _local(s2 * g.square())
+    b = num / (num + 10.0 ** (keep_db / 10.0) * _local(_power(r))).clamp_min(_TINY)
     return codec.latents((s + b * r) / g).to(est.dtype)
