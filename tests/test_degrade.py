@@ -205,3 +205,55 @@ def test_python_random_draws_are_seeded_and_follow_the_probabilities():
     assert torch.equal(y, again) and rec == rec2 and not torch.equal(y, other)
     share = lambda kind: sum(any(e["kind"] == kind for e in r) for r in rec) / len(rec)  # noqa: E731
     assert 0.42 < share("noise") < 0.58 and 0.14 < share("clip") < 0.26
+
+
+def frame_levels_db(x, ms):
+    frames = x[0].double().reshape(-1, SR * ms // 1000)
+    return 10 * torch.log10(frames.square().mean(-1).clamp_min(1e-20))
+
+
+def enveloped(clean, envelope, **cfg):
+    """The first seed whose noise gets `envelope` (the kind is drawn before its parameters)."""
+    for seed in range(20):
+        y, (effect,) = one(clean, ["noise"], seed, p_noise_envelope=1.0, **cfg)
+        if effect["envelope"] == envelope:
+            return seed, y, effect
+    pytest.fail(f"no {envelope} in 20 seeds")
+
+
+@pytest.mark.parametrize("envelope", ["swells", "bursts"])
+def test_a_noise_that_comes_and_goes_still_reaches_the_target_snr(clean, envelope):
+    _, y, effect = enveloped(clean, envelope)
+    snr = db(clean.square().mean().item() / (y - clean).square().mean().item())
+    assert abs(snr - effect["snr_db"]) < 0.5
+
+
+def test_swells_change_the_noise_level_by_the_drawn_depth(clean):
+    seed, y, effect = enveloped(clean, "swells", swell_hz=(2.0, 2.0), swell_db=(20.0, 20.0))
+    steady, _ = one(clean, ["noise"], seed)
+    assert effect["depth_db"] == 20.0
+    # the level in 50 ms frames: two standard deviations ~ the depth; the steady noise hardly moves
+    spread = 2 * frame_levels_db(y - clean, 50).std().item()
+    assert 16.0 < spread < 24.0
+    assert 2 * frame_levels_db(steady - clean, 50).std().item() < 3.0
+
+
+def test_bursts_are_sharp_transients_over_a_floor(clean):
+    _, y, effect = enveloped(clean, "bursts", burst_hz=(2.0, 2.0), burst_decay_ms=(20.0, 20.0),
+                             burst_floor_db=(30.0, 30.0))
+    levels = frame_levels_db(y - clean, 10)
+    floor, peak = levels.median().item(), levels.max().item()
+    assert 24.0 < peak - floor < 33.0  # the floor 30 dB under the loudest burst (frames smooth it a little)
+    # an onset: the loudest frame is far above the frame 20 ms before it
+    top = int(levels.argmax())
+    assert top < 2 or levels[top] - levels[top - 2] > 10.0
+
+
+def test_envelopes_are_seeded_and_leave_the_rest_of_the_draw_alone(clean):
+    a, (ea,) = one(clean, ["noise"], 4, p_noise_envelope=1.0)
+    b, (eb,) = one(clean, ["noise"], 4, p_noise_envelope=1.0)
+    assert torch.equal(a, b) and ea == eb and "_envelope_seed" not in ea
+    plain, (ep,) = one(clean, ["noise"], 4)
+    assert "envelope" not in ep
+    # the envelope is drawn after everything else the noise draws: the same source, start and SNR
+    assert {k: ea[k] for k in ep} == ep and not torch.equal(a, plain)
