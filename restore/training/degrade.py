@@ -280,9 +280,10 @@ class Degrader:
             plan["gain"] = {"gain_db": d.uniform(*c.gain_db)}
         return plan
 
-    def _draw_envelope(self, d: _Draw) -> dict:
+    def _draw_envelope(self, d: _Draw, envelope: str | None = None) -> dict:
+        """Swells or bursts (drawn evenly unless `envelope` names one) with their parameters."""
         c = self.config
-        if d.chance(0.5):
+        if (d.chance(0.5) if envelope is None else envelope == "swells"):
             return {"envelope": "swells", "rate_hz": d.uniform(*c.swell_hz), "depth_db": d.uniform(*c.swell_db),
                     "_envelope_seed": d.seed()}
         return {"envelope": "bursts", "rate_hz": d.uniform(*c.burst_hz), "decay_ms": d.uniform(*c.burst_decay_ms),
