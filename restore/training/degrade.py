@@ -44,14 +44,6 @@ class DegradeConfig(BaseConfig):
     p_noise: float = 0.75
     snr_db: tuple = (-5.0, 30.0)
     p_synthetic_noise: float = 0.25     # coloured noise instead of a recording
-    p_noise_envelope: float = 0.0       # share of noises (recorded or synthetic) made to come and go, as
-                                        # swells or as bursts (below); at 0 nothing is drawn, so the test
-                                        # sets' streams stay as they were
-    swell_hz: tuple = (0.2, 4.0)        # swells: a smooth random level, changing up to this fast
-    swell_db: tuple = (6.0, 30.0)       # ... its spread (two standard deviations of the level in dB)
-    burst_hz: tuple = (0.5, 12.0)       # bursts: transients (clatter, claps, steps) at this mean rate
-    burst_decay_ms: tuple = (5.0, 150.0)  # ... each decaying by 1/e in this time
-    burst_floor_db: tuple = (10.0, 40.0)  # ... over the same noise held this far below the loudest burst
     p_hum: float = 0.12
     hum_snr_db: tuple = (0.0, 30.0)
     p_clip: float = 0.15
@@ -97,51 +89,13 @@ class _Draw:
         return int(torch.randint(0, 2**62, (), generator=self.g).item())
 
 
-def _randn(shape, seeds: list[int], device, draw=torch.randn) -> torch.Tensor:
-    """Gaussian noise (or another `draw`, e.g. torch.rand), one row per seed, drawn on `device`
-    (deterministic per device)."""
+def _randn(shape, seeds: list[int], device) -> torch.Tensor:
+    """Gaussian noise, one row per seed, drawn on `device` (deterministic per device)."""
     out = torch.empty(shape, device=device)
     for i, s in enumerate(seeds):
         g = torch.Generator(device=device).manual_seed(s)
-        out[i] = draw(shape[1:], generator=g, device=device)
+        out[i] = torch.randn(shape[1:], generator=g, device=device)
     return out
-
-
-ENVELOPE_RATE = 1000  # Hz: envelopes are made at this rate, then interpolated to the audio's
-
-
-def _envelopes(params: list[dict], n: int, sr: int, device) -> torch.Tensor:
-    """Gains (S, n) that make a noise come and go. "swells": 10^(level / 20), the level in dB a Gaussian
-    process band-limited to rate_hz with standard deviation depth_db / 2. "bursts": impulses at random
-    times (rate_hz on average, random heights), each decaying as exp(-t / decay), over a floor floor_db
-    below the loudest; sharp onsets, as clatter and claps have."""
-    m = max(2, math.ceil(n * ENVELOPE_RATE / sr))
-    u = _randn((len(params), 2, m), [p["_envelope_seed"] for p in params], device, torch.rand)  # uniform
-    gains = torch.ones(len(params), m, device=device)
-    swells = [i for i, p in enumerate(params) if p["envelope"] == "swells"]
-    if swells:
-        rows = to_device(swells, device)
-        z = torch.special.ndtri(u[rows, 0].clamp(1e-6, 1 - 1e-6))  # Gaussian
-        f = torch.fft.rfftfreq(m, 1 / ENVELOPE_RATE, device=device)
-        rate = to_device([params[i]["rate_hz"] for i in swells], device)[:, None]
-        level = torch.fft.irfft(torch.fft.rfft(z) * ((f > 0) & (f <= rate)), n=m)  # no DC: mean level 0 dB
-        level = level / level.std(-1, keepdim=True).clamp_min(1e-6)
-        depth = to_device([params[i]["depth_db"] for i in swells], device)[:, None]
-        gains[rows] = 10 ** (level * depth / 40)
-    bursts = [i for i, p in enumerate(params) if p["envelope"] == "bursts"]
-    if bursts:
-        rows = to_device(bursts, device)
-        rate = to_device([params[i]["rate_hz"] for i in bursts], device)[:, None]
-        onset = u[rows, 0] < rate / ENVELOPE_RATE
-        heights = onset * (0.2 + 0.8 * u[rows, 1])
-        k = int(5 * max(params[i]["decay_ms"] for i in bursts) * ENVELOPE_RATE / 1000) + 1
-        decay = to_device([params[i]["decay_ms"] / 1000 for i in bursts], device)[:, None]
-        t = torch.arange(k, device=device)[None] / ENVELOPE_RATE
-        shape = _convolve(heights, torch.exp(-t / decay))
-        shape = shape / shape.amax(-1, keepdim=True).clamp_min(1e-6)
-        floor = to_device([10 ** (-params[i]["floor_db"] / 20) for i in bursts], device)[:, None]
-        gains[rows] = floor + shape
-    return F.interpolate(gains[:, None], size=n, mode="linear", align_corners=True)[:, 0]
 
 
 def _power(x: torch.Tensor) -> torch.Tensor:
@@ -252,8 +206,6 @@ class Degrader:
                 i = d.integer(0, len(self.noise_lengths) - 1)
                 plan["noise"] = {"snr_db": snr, "source": self.noise_names[i], "_index": i,
                                  "_start": d.integer(0, self.noise_lengths[i] - 1)}
-            if c.p_noise_envelope > 0 and d.chance(c.p_noise_envelope):
-                plan["noise"].update(self._draw_envelope(d))
         if on("hum", c.p_hum):
             f0 = 50.0 if d.chance(0.5) else 60.0
             snr = d.uniform(*c.hum_snr_db)
@@ -279,15 +231,6 @@ class Degrader:
         if on("gain", c.p_gain):
             plan["gain"] = {"gain_db": d.uniform(*c.gain_db)}
         return plan
-
-    def _draw_envelope(self, d: _Draw, envelope: str | None = None) -> dict:
-        """Swells or bursts (drawn evenly unless `envelope` names one) with their parameters."""
-        c = self.config
-        if (d.chance(0.5) if envelope is None else envelope == "swells"):
-            return {"envelope": "swells", "rate_hz": d.uniform(*c.swell_hz), "depth_db": d.uniform(*c.swell_db),
-                    "_envelope_seed": d.seed()}
-        return {"envelope": "bursts", "rate_hz": d.uniform(*c.burst_hz), "decay_ms": d.uniform(*c.burst_decay_ms),
-                "floor_db": d.uniform(*c.burst_floor_db), "_envelope_seed": d.seed()}
 
     # ---- effects: rows x (S, N) and one parameter dict per row ----
     def _reverb(self, x, params):
@@ -371,10 +314,6 @@ class Degrader:
             f = torch.fft.rfftfreq(n, 1 / sr, device=x.device).clamp_min(20.0)
             slope = to_device([params[i]["_slope"] for i in syn], x.device)[:, None]
             noise[to_device(syn, x.device)] = torch.fft.irfft(spec * (f / 1000.0) ** slope, n=n)
-        env = [i for i, p in enumerate(params) if "_envelope_seed" in p]
-        if env:
-            rows = to_device(env, x.device)
-            noise[rows] = noise[rows] * _envelopes([params[i] for i in env], n, self.config.sample_rate, x.device)
         snr = to_device([p["snr_db"] for p in params], x.device)
         return x + _scale_to_snr(x, noise, snr)
 
