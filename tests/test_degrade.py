@@ -205,3 +205,57 @@ def test_python_random_draws_are_seeded_and_follow_the_probabilities():
     assert torch.equal(y, again) and rec == rec2 and not torch.equal(y, other)
     share = lambda kind: sum(any(e["kind"] == kind for e in r) for r in rec) / len(rec)  # noqa: E731
     assert 0.42 < share("noise") < 0.58 and 0.14 < share("clip") < 0.26
+
+
+def noise_of(clean, seed=0, babble=None, **cfg):
+    """(the noise added, its record) for one clip with noise forced on."""
+    noises = [torch.from_numpy(np.random.default_rng(5).standard_normal(SR * 3).astype(np.float32))]
+    deg = Degrader(DegradeConfig(**cfg), noises=noises, babble=babble)
+    y, rec = deg(clean, torch.Generator().manual_seed(seed), ["noise"])
+    (effect,) = rec[0]
+    snr = db(clean.square().mean().item() / (y - clean).square().mean().item())
+    assert abs(snr - effect["snr_db"]) < 0.5  # every kind of noise reaches its SNR
+    return (y - clean)[0], effect
+
+
+def short_time_db(x, size=SR // 50):
+    frames = x[: len(x) // size * size].reshape(-1, size).double()
+    return 10 * torch.log10(frames.square().mean(-1) + 1e-20)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_babble_is_talkers_from_the_bank(clean, seed):
+    # a bank of one tone: babble from it is that tone, whichever stretches the talkers start at
+    t = torch.arange(SR * 20) / SR
+    bank = (0.3 * torch.sin(2 * math.pi * 440 * t) * 32768).round().short()
+    noise, effect = noise_of(clean, seed, babble=bank, p_babble=1.0)
+    count = int(effect["source"].split("(")[1].split()[0])
+    assert effect["source"].startswith("babble") and 4 <= count <= 10
+    assert band_power(noise[None], 420, 460) > 0.99 * band_power(noise[None], 0, SR / 2)
+
+
+def test_babble_needs_a_bank_and_draws_nothing_without_one(clean):
+    plain, effect = noise_of(clean, 4)
+    without_bank, effect2 = noise_of(clean, 4, p_babble=1.0)  # the test sets: no bank, same stream
+    assert effect == effect2 and torch.equal(plain, without_bank)
+
+
+def test_coloured_noise_follows_a_drawn_curve(clean):
+    plain, _ = noise_of(clean, 1)
+    coloured, effect = noise_of(clean, 1, p_noise_colour=1.0)
+    assert effect["coloured"] is True
+    # white noise before; the curve moves some octave band by several dB against the others
+    rel = [db(band_power(coloured[None], lo, 2 * lo) / band_power(plain[None], lo, 2 * lo))
+           for lo in (125, 250, 500, 1000, 2000, 4000)]
+    assert max(rel) - min(rel) > 3.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bursts_gate_the_noise_down_to_the_floor(clean, seed):
+    plain, _ = noise_of(clean, seed)
+    bursty, effect = noise_of(clean, seed, p_noise_bursts=1.0, burst_floor_db=(-30.0, -30.0))
+    b = effect["bursts"]
+    assert 0.5 <= b["rate_hz"] <= 4.0 and 0.02 <= b["decay_s"] <= 0.3
+    spread = lambda x: (short_time_db(x).quantile(0.95) - short_time_db(x).quantile(0.05)).item()  # noqa: E731
+    assert spread(plain) < 3.0 < 20.0 < spread(bursty)
+    assert spread(bursty) < 30.0 + 6.0  # nothing below the floor (white noise wobbles a few dB)
