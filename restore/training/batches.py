@@ -63,7 +63,7 @@ class BatchMaker:
         self.data = TrainingData(spec.data_dir, self.device, spec.window, spec.sample_rate, seed=spec.seed,
                                  floor_db=spec.floor_db)
         self.degrader = Degrader(spec.degrade, self.data.noises, self.data.rirs, self.data.noise_names,
-                                 self.data.rir_names, babble=self.data.speech)
+                                 self.data.rir_names)
         self.gen = random.Random(spec.seed + 1)  # degradation parameters and dropout, drawn on the host
 
     def state(self) -> dict:

@@ -8,10 +8,6 @@ probability and parameter range (DegradeConfig) and they apply in the order a si
 
   reverb -> eq -> noise -> hum -> clip -> bandlimit -> codec -> dropout -> gain
 
-The noise is a recording, coloured noise, or (`p_babble`, given a bank of training speech) babble,
-and may be re-coloured (`p_noise_colour`) and gated into decaying bursts (`p_noise_bursts`): more
-kinds of background than the few recordings there are to train on.
-
 Every call returns, per clip, a JSON-serialisable record of what was applied, so results can be
 broken down per degradation type.
 """
@@ -48,16 +44,6 @@ class DegradeConfig(BaseConfig):
     p_noise: float = 0.75
     snr_db: tuple = (-5.0, 30.0)
     p_synthetic_noise: float = 0.25     # coloured noise instead of a recording
-    # More kinds of noise than the few recordings there are (each 0 by default: no draw, so the test
-    # sets and older runs keep their random streams):
-    p_babble: float = 0.0               # babble instead: talkers summed from the training speech (needs
-                                        # the Degrader's `babble` bank; without one, never drawn)
-    babble_talkers: tuple = (4, 10)
-    p_noise_colour: float = 0.0         # the noise re-coloured by a random curve, as the microphone's
-    p_noise_bursts: float = 0.0         # the noise gated into bursts that decay (clatter, applause)
-    burst_rate_hz: tuple = (0.5, 4.0)
-    burst_decay_s: tuple = (0.02, 0.3)
-    burst_floor_db: tuple = (-40.0, -10.0)  # the noise's level between bursts, against their peaks
     p_hum: float = 0.12
     hum_snr_db: tuple = (0.0, 30.0)
     p_clip: float = 0.15
@@ -141,16 +127,12 @@ def _scale_to_snr(x: torch.Tensor, interference: torch.Tensor, snr_db: torch.Ten
 
 
 class Degrader:
-    """Degrades batches of clean audio. `noises` and `rirs` are 1-D tensors at the config's rate;
-    `babble`, a 1-D bank of speech (float, or int16 at full scale 32768) that babble is drawn from: the
-    training speech, never the speakers a test set is made of."""
+    """Degrades batches of clean audio. `noises` and `rirs` are 1-D tensors at the config's rate."""
 
     def __init__(self, config: DegradeConfig | None = None, noises: Sequence[torch.Tensor] = (),
                  rirs: Sequence[torch.Tensor] = (), noise_names: Sequence[str] | None = None,
-                 rir_names: Sequence[str] | None = None, babble: torch.Tensor | None = None):
+                 rir_names: Sequence[str] | None = None):
         self.config = config or DegradeConfig()
-        self.babble = babble
-        self.babble_length = int(babble.shape[0]) if babble is not None else 0
         self.noise_names = list(noise_names or [f"noise{i}" for i in range(len(noises))])
         self.rir_names = list(rir_names or [f"rir{i}" for i in range(len(rirs))])
         self.noise_lengths = [int(n.shape[0]) for n in noises]
@@ -160,7 +142,6 @@ class Degrader:
 
     def to(self, device) -> "Degrader":
         self.noise_bank = self.noise_bank.to(device)
-        self.babble = self.babble.to(device) if self.babble is not None else None
         self.rirs = self.rirs.to(device) if self.rirs is not None else None
         return self
 
@@ -212,15 +193,12 @@ class Degrader:
                 plan["reverb"] = {"rir": "simulated", "rt60_s": rt60, "drr_db": drr, "_reflections": refl,
                                   "_seed": d.seed()}
         if on("eq", c.p_eq):
-            tilt, peaks = self._draw_curve(d)
-            plan["eq"] = {"tilt_db_per_octave": tilt,
+            peaks = [(d.uniform(1.0, 7.3), d.uniform(0.3, 1.5), d.uniform(-c.eq_db, c.eq_db)) for _ in range(3)]
+            plan["eq"] = {"tilt_db_per_octave": d.uniform(-2.0, 2.0),
                           "peaks_hz_db": [[round(50 * 2**ctr), g] for ctr, _, g in peaks], "_peaks": peaks}
         if on("noise", c.p_noise):
             snr = d.uniform(*c.snr_db)
-            if self.babble_length and c.p_babble > 0 and d.chance(c.p_babble):
-                starts = [d.integer(0, self.babble_length - 1) for _ in range(d.integer(*c.babble_talkers))]
-                plan["noise"] = {"snr_db": snr, "source": f"babble({len(starts)} talkers)", "_talkers": starts}
-            elif not self.noise_lengths or d.chance(c.p_synthetic_noise):
+            if not self.noise_lengths or d.chance(c.p_synthetic_noise):
                 slope = d.uniform(-1.0, 1.0)  # spectral slope: -1 brown-ish .. 0 white .. 1 blue-ish
                 plan["noise"] = {"snr_db": snr, "source": f"synthetic(slope={slope:.2f})", "_slope": slope,
                                  "_seed": d.seed()}
@@ -228,14 +206,6 @@ class Degrader:
                 i = d.integer(0, len(self.noise_lengths) - 1)
                 plan["noise"] = {"snr_db": snr, "source": self.noise_names[i], "_index": i,
                                  "_start": d.integer(0, self.noise_lengths[i] - 1)}
-            if c.p_noise_colour > 0 and d.chance(c.p_noise_colour):
-                plan["noise"]["coloured"] = True
-                plan["noise"]["_colour"] = self._draw_curve(d)
-            if c.p_noise_bursts > 0 and d.chance(c.p_noise_bursts):
-                rate, decay, floor = d.uniform(*c.burst_rate_hz), d.uniform(*c.burst_decay_s), d.uniform(*c.burst_floor_db)
-                count = max(1, round(rate * n / sr))
-                plan["noise"]["bursts"] = {"rate_hz": rate, "decay_s": decay, "floor_db": floor}
-                plan["noise"]["_burst_starts"] = [d.integer(0, n - 1) for _ in range(count)]
         if on("hum", c.p_hum):
             f0 = 50.0 if d.chance(0.5) else 60.0
             snr = d.uniform(*c.hum_snr_db)
@@ -261,26 +231,6 @@ class Degrader:
         if on("gain", c.p_gain):
             plan["gain"] = {"gain_db": d.uniform(*c.gain_db)}
         return plan
-
-    def _draw_curve(self, d: _Draw) -> tuple[float, list[tuple[float, float, float]]]:
-        """A microphone-like colouring: a tilt (dB per octave) and three peaks or dips, each (centre in
-        octaves above 50 Hz, width in octaves, gain in dB)."""
-        g = self.config.eq_db
-        peaks = [(d.uniform(1.0, 7.3), d.uniform(0.3, 1.5), d.uniform(-g, g)) for _ in range(3)]
-        return d.uniform(-2.0, 2.0), peaks
-
-    def _curve(self, tilts: list[float], peaks: list, device) -> torch.Tensor:
-        """Magnitude responses (S, 257) from 0 Hz to Nyquist of drawn curves (`_draw_curve`)."""
-        sr = self.config.sample_rate
-        grid = torch.linspace(0, 1, 257, device=device)
-        logf = torch.log2(grid.clamp_min(1 / 256) * sr / 2 / 50)  # octaves above 50 Hz
-        tilt = to_device(tilts, device)[:, None]
-        peaks = to_device(peaks, device)  # (S, 3, centre / width / gain)
-        db = tilt * (logf - logf.mean())
-        for j in range(peaks.shape[1]):
-            center, width, gain = (peaks[:, j, m, None] for m in range(3))
-            db = db + gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
-        return 10 ** (db / 20)
 
     # ---- effects: rows x (S, N) and one parameter dict per row ----
     def _reverb(self, x, params):
@@ -336,8 +286,16 @@ class Degrader:
     def _eq(self, x, params):
         """Microphone colouring: a smooth random gain curve over log-frequency (a tilt plus three
         peaks or dips), applied zero-phase."""
-        curve = self._curve([p["tilt_db_per_octave"] for p in params], [p["_peaks"] for p in params], x.device)
-        return _filter(x, curve)
+        sr = self.config.sample_rate
+        grid = torch.linspace(0, 1, 257, device=x.device)
+        logf = torch.log2(grid.clamp_min(1 / 256) * sr / 2 / 50)  # octaves above 50 Hz
+        tilt = to_device([p["tilt_db_per_octave"] for p in params], x.device)[:, None]
+        peaks = to_device([p["_peaks"] for p in params], x.device)  # (S, 3, centre / width / gain)
+        db = tilt * (logf - logf.mean())
+        for j in range(peaks.shape[1]):
+            center, width, gain = (peaks[:, j, m, None] for m in range(3))
+            db = db + gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
+        return _filter(x, 10 ** (db / 20))
 
     def _noise(self, x, params):
         s, n = x.shape
@@ -356,49 +314,8 @@ class Degrader:
             f = torch.fft.rfftfreq(n, 1 / sr, device=x.device).clamp_min(20.0)
             slope = to_device([params[i]["_slope"] for i in syn], x.device)[:, None]
             noise[to_device(syn, x.device)] = torch.fft.irfft(spec * (f / 1000.0) ** slope, n=n)
-        bab = [i for i, p in enumerate(params) if "_talkers" in p]
-        if bab:
-            noise[to_device(bab, x.device)] = self._babble(params, bab, n, x.device)
-        col = [i for i, p in enumerate(params) if "_colour" in p]
-        if col:
-            idx = to_device(col, x.device)
-            noise[idx] = _filter(noise[idx], self._curve([params[i]["_colour"][0] for i in col],
-                                                         [params[i]["_colour"][1] for i in col], x.device))
-        bur = [i for i, p in enumerate(params) if "_burst_starts" in p]
-        if bur:
-            idx = to_device(bur, x.device)
-            noise[idx] = noise[idx] * self._burst_envelope([params[i] for i in bur], n, x.device)
         snr = to_device([p["snr_db"] for p in params], x.device)
         return x + _scale_to_snr(x, noise, snr)
-
-    def _babble(self, params, rows: list[int], n: int, device) -> torch.Tensor:
-        """(len(rows), n): per row, its talkers' stretches of the babble bank summed, each from its start."""
-        bank, length = self.babble, self.babble_length
-        talkers = [params[i]["_talkers"] for i in rows]
-        most = max(len(t) for t in talkers)
-        starts = to_device([t + [0] * (most - len(t)) for t in talkers], device)
-        used = to_device([[1.0] * len(t) + [0.0] * (most - len(t)) for t in talkers], device)
-        t = torch.arange(n, device=device)
-        out = torch.zeros(len(rows), n, device=device)
-        for k in range(most):
-            part = bank[(starts[:, k, None] + t[None]) % length].float()
-            out += part * used[:, k, None]
-        return out / 32768 if bank.dtype == torch.int16 else out
-
-    def _burst_envelope(self, params, n: int, device) -> torch.Tensor:
-        """(len(params), n) gains: 1 at each burst's start, decaying exponentially (overlaps saturate at
-        1), over a floor between bursts."""
-        sr = self.config.sample_rate
-        starts = [p["_burst_starts"] for p in params]
-        most = max(len(s) for s in starts)
-        pos = to_device([s + [s[0]] * (most - len(s)) for s in starts], device)  # padding repeats a start
-        impulses = torch.zeros(len(params), n, device=device).scatter_(1, pos, 1.0)
-        decay = to_device([p["bursts"]["decay_s"] for p in params], device)[:, None]
-        k = int(math.ceil(5 * self.config.burst_decay_s[1] * sr))
-        kernel = torch.exp(-torch.arange(k, device=device)[None] / (decay * sr))
-        env = _convolve(impulses, kernel).clamp(0.0, 1.0)
-        floor = 10 ** (to_device([p["bursts"]["floor_db"] for p in params], device)[:, None] / 20)
-        return floor + (1 - floor) * env
 
     def _hum(self, x, params):
         t = torch.arange(x.shape[-1], device=x.device) / self.config.sample_rate
