@@ -6,6 +6,11 @@ JSON indexes, and a fixed degraded validation set from the dev speakers with dev
 
     python scripts/prepare_data.py ../shared/data .stage/data [--pseudo FILE] [--extra .stage/tts]
 
+--val-speech train and --val-noise train draw the validation windows from the training speakers'
+speech or the training noises and rooms instead (the same count, seed and draws of degradation), so
+that scripts/validate_model.py can tell how much of a model's validation error is unseen speech and
+how much unseen noise. Such a folder is for measuring, not for training.
+
 Pseudo-transcripts default to restore/training/pseudo_transcripts.json (pocketsphinx on the clean
 LibriSpeech clips; 30 CPU-minutes to remake with scripts/pseudo_transcripts.py). --extra adds a folder
 of synthesised, text-labelled speech (scripts/synth_speech.py) to the training clips.
@@ -52,6 +57,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--extra", type=Path, action="append", default=[],
                     help="a folder of synthesised speech (scripts/synth_speech.py): training only")
+    ap.add_argument("--val-speech", choices=("dev", "train"), default="dev",
+                    help="whose recorded speech the validation windows hold (default: the dev speakers')")
+    ap.add_argument("--val-noise", choices=("dev", "train"), default="dev",
+                    help="which noises and rooms degrade them (default: the held-out ones)")
     args = ap.parse_args()
     split = json.loads(SPLIT.read_text())
     dev = set(split["dev_speakers"])
@@ -91,16 +100,17 @@ def main() -> None:
 
     # Validation: 30 s windows of dev speech, degraded with dev noises/RIRs only, fixed seed.
     window = 30 * SR
-    speech = np.concatenate([a for a, _ in val_speech])
+    speech = np.concatenate([a for a, _ in (val_speech if args.val_speech == "dev" else train[:real])])
     n = min(args.val_windows, len(speech) // window)
     clean = torch.from_numpy(speech[: n * window].reshape(n, window).copy())
-    degrader = Degrader(DegradeConfig(p_gain=0.0), [torch.from_numpy(a) for a, _ in dev_noises],  # as in training
-                        [torch.from_numpy(a) for a, _ in dev_rirs])
+    noise_set, rir_set = (dev_noises, dev_rirs) if args.val_noise == "dev" else (noises, rirs)
+    degrader = Degrader(DegradeConfig(p_gain=0.0), [torch.from_numpy(a) for a, _ in noise_set],  # as in training
+                        [torch.from_numpy(a) for a, _ in rir_set])
     degraded, records = degrader(clean, torch.Generator().manual_seed(args.seed))
     gain = 0.05 / degraded.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-5)
     np.savez(args.out / "val.npz", clean=to_int16((clean * gain).numpy()), degraded=to_int16((degraded * gain).numpy()))
     (args.out / "val.json").write_text(json.dumps(records, indent=0))
-    print(f"validation: {n} windows of 30 s; degradations: {[[e['kind'] for e in r] for r in records]}")
+    print(f"validation: {n} windows of 30 s of {args.val_speech} speech, {args.val_noise} noises; degradations: {[[e['kind'] for e in r] for r in records]}")
 
 
 if __name__ == "__main__":

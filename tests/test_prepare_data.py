@@ -82,3 +82,29 @@ def test_synthesised_speech_joins_training_only_with_its_own_text(tmp_path):
     assert set(by_text) == set(texts)
     assert all(by_text[t]["length"] == len(t.split()) * SR // 5 for t in texts)
     assert np.load(out / "val.npz")["clean"].shape == (1, 30 * SR)  # the dev speaker is validation only
+
+
+def test_validation_windows_can_come_from_training_speech_and_noises(tmp_path):
+    """--val-speech train / --val-noise train: the same draw of validation windows, but of speech the
+    model was trained on, or degraded with the training noises and rooms (scripts/validate_model.py
+    then tells unseen speech from unseen noise); the default stays the held-out side of the split."""
+    data = tmp_path / "data"
+    dev = SPLIT["dev_speakers"][0]
+    write_folder(data, "speech", [("speech/a.flac", "spk_a", "", 31.0), ("speech/d.flac", dev, "", 31.0)])
+    write_folder(data, "noise", [("noise/n.flac", "", "", 3.0), (SPLIT["dev_noises"][0], "", "", 3.0)])
+    write_folder(data, "rir", [("rir/r.flac", "", "", 0.5), (SPLIT["dev_rirs"][0], "", "", 0.5)])
+    source = {who: sf.read(data / f"speech/{name}.flac", dtype="float32")[0][: 30 * SR]
+              for who, name in (("train", "a"), ("dev", "d"))}
+
+    val = {}
+    for speech, noise in (("dev", "dev"), ("train", "dev"), ("train", "train")):
+        out = tmp_path / f"{speech}_{noise}"
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "prepare_data.py"), str(data), str(out),
+                        "--pseudo", str(tmp_path / "none.json"), "--val-speech", speech, "--val-noise", noise],
+                       check=True, cwd=ROOT, capture_output=True)
+        val[speech, noise] = np.load(out / "val.npz")
+        clean = val[speech, noise]["clean"][0].astype(np.float64)
+        for who, x in source.items():
+            r = np.dot(clean, x) / np.sqrt(np.dot(clean, clean) * np.dot(x, x))
+            assert (r > 0.99) if who == speech else (abs(r) < 0.1), (speech, noise, who, r)
+    assert not np.array_equal(val["train", "dev"]["degraded"], val["train", "train"]["degraded"])  # other noises
