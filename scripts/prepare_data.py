@@ -98,7 +98,8 @@ def main() -> None:
     print(f"noise: {len(noises)} training recordings ({len(dev_noises)} held out); rir: {len(rirs)} "
           f"({len(dev_rirs)} held out)")
 
-    # Validation: 30 s windows of dev speech, degraded with dev noises/RIRs only, fixed seed.
+    # Validation: 30 s windows of dev speech, degraded with dev noises/RIRs only (unless --val-speech /
+    # --val-noise say train), fixed seed.
     window = 30 * SR
     speech = np.concatenate([a for a, _ in (val_speech if args.val_speech == "dev" else train[:real])])
     n = min(args.val_windows, len(speech) // window)
@@ -110,7 +111,8 @@ def main() -> None:
     gain = 0.05 / degraded.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-5)
     np.savez(args.out / "val.npz", clean=to_int16((clean * gain).numpy()), degraded=to_int16((degraded * gain).numpy()))
     (args.out / "val.json").write_text(json.dumps(records, indent=0))
-    print(f"validation: {n} windows of 30 s of {args.val_speech} speech, {args.val_noise} noises; degradations: {[[e['kind'] for e in r] for r in records]}")
+    kinds = [[e["kind"] for e in r] for r in records]
+    print(f"validation: {n} windows of 30 s of {args.val_speech} speech, {args.val_noise} noises; degradations: {kinds}")
 
 
 if __name__ == "__main__":
