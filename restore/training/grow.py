@@ -111,11 +111,9 @@ def widen(files: weights.ModelFiles, new_width: int, new_intermediate: int | Non
         return torch.cat(parts)
 
     def heads_rows(t: torch.Tensor, cols: int | None) -> torch.Tensor:
-        """q/k/v of attention: old heads' rows kept (their reads of the norm's output divided by k when
-        cols is W), new heads' rows random."""
+        """q/k/v weights of attention: old heads' rows kept (their reads of the norm's output divided by k
+        when cols is W), new heads' rows random."""
         t = t.float()
-        if t.ndim == 1:
-            return grown(t, W, None)
         out = torch.randn(W, cols or t.shape[1], generator=g) * std
         out[:w, : t.shape[1]] = t / k if cols else t
         return out
