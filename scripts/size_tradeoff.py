@@ -1,7 +1,7 @@
 """Model size against CPU speed: one forward of one 30 s window for candidate trunk sizes (random
 weights, fp32, this machine's threads), and the flash realtime factor it predicts.
 
-    python scripts/size_tradeoff.py [--out docs/bench/cpu-2core-sizes.md]
+    python scripts/size_tradeoff.py [--out docs/bench/cpu-2core-sizes.md] [--sizes 512x12x8x1344,512x16x8x1344]
 
 flash runs 4 guided steps (3 branch rows) and 4 unguided (1 row) per window, and a window advances
 28 s of audio (2 s overlap), so flash RTF ~ 28 / (16 x forward s); the measured default-model RTF in
@@ -44,15 +44,28 @@ def forward_seconds(cfg: ModelConfig, repeats: int = 3) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def parse_sizes(text: str) -> list[tuple[int, int, int, int]]:
+    """'512x16x8x1344,384x12x6x1024' -> [(512, 16, 8, 1344), (384, 12, 6, 1024)]"""
+    try:
+        sizes = [tuple(int(v) for v in item.split("x")) for item in text.split(",") if item]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(t) != 4 for t in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give WIDTHxLAYERSxHEADSxMLP, comma-separated")
+    return sizes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--sizes", type=parse_sizes, default=CANDIDATES,
+                    help="WIDTHxLAYERSxHEADSxMLP,... instead of the candidates above")
     args = ap.parse_args()
     lines = [f"# Model size against CPU speed ({torch.get_num_threads()} threads)", "",
-             "`python scripts/size_tradeoff.py" + (f" --out {args.out}" if args.out else "") + "`", "",
+             "`python scripts/size_tradeoff.py" + "".join(f" {a}" for a in sys.argv[1:]) + "`", "",
              "| width | layers | heads | MLP | parameters | forward s (1 window) | predicted flash RTF |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for width, layers, heads, inter in CANDIDATES:
+    for width, layers, heads, inter in args.sizes:
         cfg = ModelConfig(width=width, layers=layers, heads=heads, intermediate=inter, precondition="obs_skip")
         s = forward_seconds(cfg)
         n = count_parameters(DiT(cfg, CodecConfig(scale=3.0)))
