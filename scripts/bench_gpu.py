@@ -33,6 +33,7 @@ from restore import weights  # noqa: E402
 from restore.codec import build_codec  # noqa: E402
 from restore.config import SAMPLER_PRESETS, CodecConfig, ModelConfig  # noqa: E402
 from restore.model.dit import DiT  # noqa: E402
+from restore.pipeline.restorer import sampler_config  # noqa: E402
 
 PRESET_STEPS = {n: p["steps"] for n, p in SAMPLER_PRESETS.items()}  # not the model's own setting
 LARGE = ModelConfig(width=1536, layers=28, heads=12, intermediate=8960)
@@ -116,12 +117,6 @@ FOLDER_RUNS_QUICK = [("pro", 16, "off", None, M), ("flash", 16, "off", None, M),
                      ("flash", 16, "off", None, P), ("pro", 16, "off", 0, P), ("pro", 16, "cuda-graphs", None, P)]
 
 
-def files_steps() -> dict:
-    """The step count of each sampler as the shipped model's config sets it (its `samplers`)."""
-    own = json.loads((ROOT / "assets" / "model" / "config.json").read_text()).get("samplers", {})
-    return {name: own.get(name, {}).get("steps", steps) for name, steps in PRESET_STEPS.items()}
-
-
 def section_folder(args, out: dict) -> None:
     import os
 
@@ -136,13 +131,14 @@ def section_folder(args, out: dict) -> None:
     for i in range(n):
         sf.write(folder / f"rec{i:03d}.wav", np.roll(rec, i * 997), sr)
     out["folder"] = []
-    own = files_steps()
+    own = weights.load(ROOT / "assets" / "model").samplers  # the shipped model's overrides of the presets
     for sampler, batch, compile, noise_threads, steps in FOLDER_RUNS_QUICK if args.quick else FOLDER_RUNS:
         tag = f"{sampler}_{batch}_{compile}_{'inline' if noise_threads == 0 else 'threads'}_{steps}"
-        n_steps = PRESET_STEPS[sampler] if steps == P else own[sampler]
+        # "model" rows pass no --steps: the CLI resolves the model's own setting, as a user's run does
+        n_steps = PRESET_STEPS[sampler] if steps == P else sampler_config(sampler, model_presets=own).steps
         dst = Path(f"/tmp/bench_out_{tag}")
         cmd = [sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda", "--sampler", sampler,
-               "--steps", str(n_steps), "--batch", str(batch), "--compile", compile, "--overwrite", "-q"]
+               "--batch", str(batch), "--compile", compile, "--overwrite", "-q"] + (["--steps", str(n_steps)] if steps == P else [])
         if args.trace and noise_threads is None and compile == "off" and batch == 16:
             cmd += ["--trace", str(Path(args.out) / f"trace_{tag}.json")]
         env = dict(os.environ)
