@@ -13,8 +13,10 @@ from ..config import CodecConfig, EncoderConfig, TextConfig
 from .layers import RMSNorm, SwiGLU, apply_rotary, rotary_tables
 
 
-def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> np.ndarray:
-    """(n_mels, n_fft // 2 + 1) triangular filters on the HTK mel scale, area-normalised."""
+def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float = 20.0,
+                   fmax: float | None = None) -> np.ndarray:
+    """(n_mels, n_fft // 2 + 1) triangular filters on the HTK mel scale from fmin to fmax (default: half
+    the sample rate), area-normalised."""
     def hz_to_mel(f):
         return 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)
 
@@ -22,7 +24,8 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> np.ndarray:
         return 700.0 * (10.0 ** (np.asarray(m) / 2595.0) - 1.0)
 
     freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
-    edges = mel_to_hz(np.linspace(hz_to_mel(20.0), hz_to_mel(sample_rate / 2), n_mels + 2))
+    top = sample_rate / 2 if fmax is None else fmax
+    edges = mel_to_hz(np.linspace(hz_to_mel(fmin), hz_to_mel(top), n_mels + 2))
     lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
     fb = np.maximum(0.0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
     return (fb * (2.0 / (hi - lo))).astype(np.float32)

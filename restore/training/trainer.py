@@ -28,6 +28,7 @@ from ..sampling import timesteps
 from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
 from .data import load_validation
 from .degrade import DegradeConfig
+from .mel import LogMelDistance
 from .replicas import Replicas
 
 CAPTURE_STEPS = 20  # steps of a process that may capture CUDA graphs (torch.compile records them in the first few)
@@ -50,6 +51,8 @@ class TrainConfig(BaseConfig):
     t_std: float = 1.0
     t_one: float = 0.0          # share of each batch drawn at t = 1 exactly: the one-step sampler's only point
     target_floor_db: float = 0.0  # lower the clean targets' own steady floor by up to this (floor.py); 0: off
+    mel_weight: float = 0.0     # weight of the log-mel distance of the estimate of the clean latents, added to
+                                # the flow loss (mel.py); 0: off. The logged `loss` stays the flow loss alone
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -82,6 +85,8 @@ class Trainer:
             raise ValueError(f"unknown producer {cfg.producer!r}: choose one of {', '.join(PRODUCERS)}")
         self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
         self.codec = build_codec(codec_cfg).to(self.device)
+        self.mel = LogMelDistance(codec_cfg).to(self.device)
+        self.last_mel = None  # the last step's log-mel distance, when mel_weight is on
         # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
         # target level arbitrary: training leaves it out.
         degrade_cfg = dataclasses.replace(degrade_cfg or DegradeConfig(), p_gain=0.0)
@@ -209,10 +214,16 @@ class Trainer:
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
         if self.model.skip is not None:
             v = self.model.skip.velocity(v, xt, t, obs, use_cond)
-        err = (v.float() - target).square().mean(-1)  # (B, T)
+        v = v.float()
+        err = (v - target).square().mean(-1)  # (B, T)
         loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
+        objective = loss
+        if cfg.mel_weight > 0:
+            mel = self.mel(xt - t[:, None, None] * v, x0, frame_mask)  # x_t - t v: the clean-latent estimate
+            objective = loss + cfg.mel_weight * mel
+            self.last_mel = mel.detach()
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         self.replicas.average_gradients(self.model_params)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         lr = cfg.lr * min(1.0, (self.step + 1) / cfg.warmup) * lr_scale
@@ -250,6 +261,7 @@ class Trainer:
             v1 = vel(eps, 1.0)
             one = eps - v1  # the one-step estimate, what a one-step sampler outputs
             x0_err = ((one - x0).square().mean() / x0.square().mean()).item()
+            mel_1step, mel_input = self.mel(one, x0).item(), self.mel(obs, x0).item()
             obs_err = ((obs - x0).square().mean() / x0.square().mean()).item()
             losses = []
             for tv in (0.2, 0.5, 0.8):
@@ -263,7 +275,8 @@ class Trainer:
         rate = self.codec.config.sample_rate
         return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
                 "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean),
-                "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate)}
+                "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate),
+                "val_mel_1step": mel_1step, "input_mel": mel_input}
 
     def batches(self):
         """Batches from the configured producer; each one moves the state a checkpoint restarts from."""
@@ -309,7 +322,7 @@ class Trainer:
         cfg, rep = self.cfg, self.replicas
         clock = rep.agree(time.time() - start)
         last_ckpt = clock
-        window_loss, window_t, data_s = [], time.time(), 0.0
+        window_loss, window_mel, window_t, data_s = [], [], time.time(), 0.0
         steps_here = 0
         while clock < budget:
             t0 = time.time()
@@ -317,15 +330,18 @@ class Trainer:
             data_s += time.time() - t0
             with self.capture_guard(steps_here):
                 window_loss.append(self.train_step(batch, lr_scale(clock, budget, cfg.decay)))
+            if cfg.mel_weight > 0:
+                window_mel.append(self.last_mel)
             steps_here += 1
             if rep.world == 1 or self.step % cfg.log_every == 0:
                 clock = rep.agree(time.time() - start)
             if self.step % cfg.log_every == 0:
                 now = time.time()
-                self.log(step=self.step, loss=torch.stack(window_loss).mean().item(),
+                mel = {"mel_loss": torch.stack(window_mel).mean().item()} if window_mel else {}
+                self.log(step=self.step, loss=torch.stack(window_loss).mean().item(), **mel,
                          lr=self.opt.param_groups[0]["lr"], steps_per_s=len(window_loss) / (now - window_t),
                          data_share=round(data_s / (now - window_t), 3), elapsed=round(self.elapsed(), 1))
-                window_loss, window_t, data_s = [], now, 0.0
+                window_loss, window_mel, window_t, data_s = [], [], now, 0.0
             if self.step % cfg.val_every == 0 and rep.lead:
                 self.log(step=self.step, **self.validate())
             if clock - last_ckpt > cfg.ckpt_minutes * 60:
