@@ -75,3 +75,19 @@ def test_mel_weight_joins_the_objective_and_the_log_keeps_the_flow_loss(train_da
     assert any(moved)  # the same first step with a different objective: different weights
     v = mel.validate(steps=1)
     assert v["val_mel_1step"] > 0 and v["input_mel"] > 0
+
+
+def test_differences_under_the_floor_do_not_count():
+    codec = CodecConfig()
+    ref = _latents(codec=codec)
+    faint = ref.clone()
+    faint[:, 40:] *= 10 ** (-50 / 20 * codec.power)  # those frames 50 dB down: quiet, as between words
+    hum = faint.clone()
+    hum[:, 40:] *= 10 ** (10 / 20 * codec.power)  # the estimate 10 dB louder there
+    assert LogMelDistance(codec, floor=1e-4)(hum, faint).item() > 0.5  # 40 dB floor: it counts
+    assert LogMelDistance(codec, floor=1e-2)(hum, faint).item() < 0.05  # 20 dB floor: under it, it does not
+
+
+def test_the_trainer_sets_the_floor_from_its_config(train_data_dir, tmp_path):
+    assert trainer(train_data_dir, tmp_path / "a").mel.floor == 1e-4
+    assert trainer(train_data_dir, tmp_path / "b", mel_floor_db=20.0).mel.floor == 1e-2

@@ -53,6 +53,8 @@ class TrainConfig(BaseConfig):
     target_floor_db: float = 0.0  # lower the clean targets' own steady floor by up to this (floor.py); 0: off
     mel_weight: float = 0.0     # weight of the log-mel distance of the estimate of the clean latents, added to
                                 # the flow loss (mel.py); 0: off. The logged `loss` stays the flow loss alone
+    mel_floor_db: float = 40.0  # the term's floor, this far under each window's mean clean band energy: band
+                                # energies below it count as equal (raised, quiet frames count less)
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -85,7 +87,7 @@ class Trainer:
             raise ValueError(f"unknown producer {cfg.producer!r}: choose one of {', '.join(PRODUCERS)}")
         self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
         self.codec = build_codec(codec_cfg).to(self.device)
-        self.mel = LogMelDistance(codec_cfg).to(self.device)
+        self.mel = LogMelDistance(codec_cfg, floor=10.0 ** (-cfg.mel_floor_db / 10.0)).to(self.device)
         self.last_mel = None  # the last step's log-mel distance, when mel_weight is on
         # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
         # target level arbitrary: training leaves it out.
