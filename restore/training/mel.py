@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import CodecConfig
+from ..codec import Codec
 from ..model.encoder import mel_filterbank
 
 N_MELS, FMIN, FMAX = 40, 133.33, 6855.5  # pocketsphinx's front end (its -nfilt, -lowerf, -upperf)
@@ -28,19 +28,17 @@ class LogMelDistance(nn.Module):
     silence, where the clean recordings have only their own faint noise, does not dominate.
     """
 
-    def __init__(self, codec: CodecConfig, floor: float = 1e-4):
+    def __init__(self, codec: Codec, floor: float = 1e-4):
         super().__init__()
-        self.power, self.scale, self.floor = codec.power, codec.scale, floor
-        fmax = min(FMAX, codec.sample_rate / 2)
-        fb = mel_filterbank(codec.sample_rate, codec.n_fft, N_MELS, fmin=FMIN, fmax=fmax)
+        self.codec, self.floor = codec, floor
+        c = codec.config
+        fb = mel_filterbank(c.sample_rate, c.n_fft, N_MELS, fmin=FMIN, fmax=min(FMAX, c.sample_rate / 2))
         self.register_buffer("fb", torch.from_numpy(fb), persistent=False)
 
     def band_energy(self, latents: torch.Tensor) -> torch.Tensor:
-        """(B, T, 2 bins) latents -> (B, T, n_mels): |X|^2 = (|latent| / scale)^(2 / power), mel-summed."""
-        bins = latents.shape[-1] // 2
-        re, im = latents.float()[..., :bins], latents.float()[..., bins:]
-        power = ((re.square() + im.square()) / self.scale**2 + _TINY) ** (1.0 / self.power)
-        return power @ self.fb.T
+        """(B, T, 2 bins) latents -> (B, T, n_mels): the codec's |X|^2, mel-summed."""
+        spec = torch.view_as_real(self.codec.spectrum(latents))
+        return spec.square().sum(-1) @ self.fb.T
 
     def forward(self, est: torch.Tensor, ref: torch.Tensor, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
         me, mr = self.band_energy(est), self.band_energy(ref)

@@ -87,7 +87,7 @@ class Trainer:
             raise ValueError(f"unknown producer {cfg.producer!r}: choose one of {', '.join(PRODUCERS)}")
         self.window = int(cfg.window_seconds * codec_cfg.sample_rate)
         self.codec = build_codec(codec_cfg).to(self.device)
-        self.mel = LogMelDistance(codec_cfg, floor=10.0 ** (-cfg.mel_floor_db / 10.0)).to(self.device)
+        self.mel = LogMelDistance(self.codec, floor=10.0 ** (-cfg.mel_floor_db / 10.0)).to(self.device)
         self.last_mel = None  # the last step's log-mel distance, when mel_weight is on
         # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
         # target level arbitrary: training leaves it out.
