@@ -104,8 +104,6 @@ class SamplerConfig(BaseConfig):
                                # models with the skip only)
     keep_db: float | None = None  # keep the input in bins where the restoration took out less than this
                                   # many dB below itself (restore/pipeline/keep.py); None: off
-    keep_band_db: float | None = None  # the same level for the bins below a band-limited input's cut-off;
-                                       # None: keep_db there too
 
     @classmethod
     def preset(cls, name: str) -> "SamplerConfig":

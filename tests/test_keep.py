@@ -11,7 +11,7 @@ import torch
 from restore.codec import STFTCodec
 from restore.config import CodecConfig
 from restore.errors import UsageError
-from restore.pipeline.keep import band_below_cutoff, keep_input
+from restore.pipeline.keep import keep_input
 from restore.pipeline.restorer import sampler_config
 from tests.conftest import speechlike
 
@@ -108,36 +108,3 @@ def test_keep_input_reaches_the_sampler_and_changes_the_output(live_model, tmp_p
     assert err(outs["k0"]) < err(outs["off"])  # keeping more of the input lands nearer to it
     bad = CliRunner().invoke(app, [str(src), "-o", str(tmp_path / "bad.wav"), "--keep-input", "x"] + base)
     assert bad.exit_code == 2 and "'off' or a level in dB" in bad.output and not (tmp_path / "bad.wav").exists()
-
-
-def lowpass(x, cutoff_hz):
-    spec = torch.fft.rfft(x)
-    spec[:, torch.fft.rfftfreq(x.shape[-1], 1 / SR) > cutoff_hz] = 0
-    return torch.fft.irfft(spec, n=x.shape[-1])
-
-
-def test_the_band_below_a_cut_off_is_found_from_the_input_alone():
-    full = speech(seed=0)
-    y2 = lambda x: CODEC.spectrum(CODEC.encode(x)).abs().square()  # noqa: E731
-    hz = torch.arange(257) * SR / 512
-    band = band_below_cutoff(y2(torch.cat([lowpass(full, 4000.0), full, 0 * full])))
-    assert band[0].any() and not band[0][hz > 4000].any()  # nothing at or above the cut-off
-    assert band[0][hz < 3700].all()
-    assert not band[1].any() and not band[2].any()  # full-band speech and silence: none
-
-
-def test_below_a_cut_off_the_band_level_keeps_more_and_elsewhere_nothing_changes():
-    clean, other = speech(seed=0), speech(seed=3)
-    est = 0.8 * clean + 0.2 * other  # a redrawn take
-    narrow = lowpass(clean, 4000.0)
-    y, s = CODEC.encode(narrow), CODEC.encode(lowpass(est, 4000.0))
-    dist = lambda z: float((CODEC.decode(z) - narrow).norm())  # noqa: E731
-    assert dist(keep_input(CODEC, y, s, 12.0, band_db=-10.0)) < 0.3 * dist(keep_input(CODEC, y, s, 12.0))
-    y, s = CODEC.encode(clean), CODEC.encode(est)
-    assert torch.equal(keep_input(CODEC, y, s, 12.0, band_db=-10.0), keep_input(CODEC, y, s, 12.0))
-
-
-def test_the_band_level_comes_from_the_models_config():
-    presets = {"flash": {"keep_db": 12.0, "keep_band_db": -10.0}}
-    assert sampler_config("flash").keep_band_db is None
-    assert sampler_config("flash", model_presets=presets).keep_band_db == -10.0

@@ -249,7 +249,7 @@ class Restorer:
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
         if cfg.keep_db is not None:
-            latents = keep_input(self.codec, obs, latents, cfg.keep_db, cfg.keep_band_db)
+            latents = keep_input(self.codec, obs, latents, cfg.keep_db)
         return latents
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
