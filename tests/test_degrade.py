@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from restore.training.degrade import KINDS, DegradeConfig, Degrader, degrade_clip
+from restore.training.degrade import KINDS, DegradeConfig, Degrader, _Draw, degrade_clip
 from tests.conftest import speechlike
 
 SR = 16000
@@ -165,7 +165,6 @@ def test_degrade_clip_numpy_api():
 
 def test_batch_equals_clip_by_clip():
     """Batching is an implementation detail: each clip gets what it would get alone."""
-    from restore.training.degrade import _Draw
     x = torch.stack([torch.from_numpy(speechlike(2.0, SR, seed=s)) for s in range(6)])
     noises = [torch.from_numpy(speechlike(3.0, SR, seed=9))]
     deg = Degrader(DegradeConfig(p_noise=0.9, p_reverb=0.5, p_codec=0.5, p_dropout=0.5, p_eq=0.5), noises=noises)
@@ -190,6 +189,28 @@ def test_p_clean_leaves_that_share_of_clips_untouched_and_the_test_set_alone():
     forced, rec = Degrader(DegradeConfig(p_clean=1.0), noises=noises)(x[:4], torch.Generator().manual_seed(2),
                                                                         ["noise"])
     assert all(r and r[0]["kind"] == "noise" for r in rec)
+
+
+def test_p_single_gives_that_share_of_clips_exactly_one_enabled_effect():
+    import collections
+    import random
+
+    def sizes(cfg, n=4000):
+        d = _Draw(random.Random(4))
+        plans = [Degrader(cfg)._draw(d, None, SR // 4) for _ in range(n)]
+        return collections.Counter(len(p) for p in plans), plans
+
+    composed, _ = sizes(DegradeConfig(p_gain=0.0, p_hum=0.0))  # shares of 0 and 1 effects when composed
+    got, plans = sizes(DegradeConfig(p_clean=0.2, p_single=0.5, p_gain=0.0, p_hum=0.0))
+    assert abs(got[0] / 4000 - (0.2 + 0.4 * composed[0] / 4000)) < 0.03
+    assert abs(got[1] / 4000 - (0.4 + 0.4 * composed[1] / 4000)) < 0.03
+    singles = collections.Counter(next(iter(p)) for p in plans if len(p) == 1)
+    assert set(singles) == set(KINDS) - {"gain", "hum"}  # disabled kinds are never the one effect
+    assert max(singles.values()) < 2.5 * min(singles.values())  # drawn evenly (plus the composed ones)
+    # the test set's fixed kinds are not overridden
+    x = torch.from_numpy(speechlike(0.5, SR, seed=1))[None].repeat(3, 1)
+    _, rec = Degrader(DegradeConfig(p_single=1.0))(x, torch.Generator().manual_seed(2), ["eq", "clip"])
+    assert all([e["kind"] for e in r] == ["eq", "clip"] for r in rec)
 
 
 def test_python_random_draws_are_seeded_and_follow_the_probabilities():

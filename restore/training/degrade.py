@@ -35,6 +35,10 @@ class DegradeConfig(BaseConfig):
     p_clean: float = 0.0                # share of clips left as they are (drawn first; the rest as below, of
                                         # which ~4% get no effect either): a restorer must leave alone what
                                         # needs no restoring
+    p_single: float = 0.0               # share of the damaged clips given exactly one effect, drawn evenly
+                                        # from the kinds whose probability is above 0 (drawn after p_clean):
+                                        # composed effects rarely leave intact speech anywhere, and a
+                                        # restorer must learn to keep what one mild effect left intact
     p_reverb: float = 0.35
     rt60: tuple = (0.2, 1.5)            # seconds, simulated rooms
     drr_db: tuple = (-6.0, 12.0)        # direct-to-reverberant ratio of simulated rooms
@@ -182,6 +186,9 @@ class Degrader:
         plan: dict[str, dict] = {}
         if kinds is None and c.p_clean > 0 and d.chance(c.p_clean):  # no draw at 0: the streams stay as they were
             return plan
+        if kinds is None and c.p_single > 0 and d.chance(c.p_single):
+            enabled = [k for k in KINDS if getattr(c, "p_" + k) > 0]
+            kinds = (enabled[d.integer(0, len(enabled) - 1)],)
         if on("reverb", c.p_reverb):
             if self.rirs is not None and d.chance(c.p_real_rir):
                 i = d.integer(0, len(self.rir_names) - 1)
