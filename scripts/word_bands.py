@@ -4,7 +4,9 @@ For every clip of one degradation type in the given test sets, pocketsphinx tran
 clip (the reference), the degraded input, the restoration, and the restoration with one part of the
 input put back: a frequency band (below 1 kHz, 1-3 kHz, above 3 kHz), the input's own band below a
 band-limited clip's cut-off, or an even blend of the two. Prints each clip's errors and the mean WER
-per variant (the same per-clip mean as `eval.run`'s "WER vs ASR of clean").
+per variant (the same per-clip mean as `eval.run`'s "WER vs ASR of clean"). Transcripts go through
+eval's metric cache (`--cache`), so the clean, degraded and restored files that `eval.run` has read
+are not read again, and a second run reads nothing.
 
     python scripts/word_bands.py --testset /tmp/devset /tmp/devset2 /tmp/devset3 \
         --systems /tmp/systems/r24 /tmp/systems2/r24 /tmp/systems3/r24 --degradation bandlimit
@@ -22,8 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eval.analyses import version_of  # noqa: E402
 from eval.asr import transcribe  # noqa: E402
-from eval.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from eval.audio import SAMPLE_RATE, array_hash, load_audio  # noqa: E402
+from eval.cache import MetricCache, default_cache_path  # noqa: E402
 from eval.wer import word_errors  # noqa: E402
 
 
@@ -44,12 +48,25 @@ def variants(degraded: np.ndarray, out: np.ndarray, cutoff: float | None) -> dic
     return v
 
 
+def cached_transcribe(cache: MetricCache, x: np.ndarray) -> str:
+    """pocketsphinx's reading of x, from eval's cache where it has one (the same key as eval.run's)."""
+    digest = array_hash(x)
+    text = cache.get("asr", version_of("asr"), digest)
+    if text is None:
+        text = transcribe(x)
+        cache.put("asr", version_of("asr"), digest, None, text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testset", nargs="+", required=True, help="test sets (eval.make_testset folders)")
     ap.add_argument("--systems", nargs="+", required=True, help="one restored folder per test set, in order")
     ap.add_argument("--degradation", required=True, help="the manifest's degradation column, e.g. bandlimit")
+    ap.add_argument("--cache", default=str(default_cache_path()), help="eval's metric cache (SQLite)")
     a = ap.parse_args(argv)
+    cache = MetricCache(a.cache)
+    read = lambda x: cached_transcribe(cache, x)  # noqa: E731
     if len(a.testset) != len(a.systems):
         ap.error("give one --systems folder per --testset")
     rows = []
@@ -58,14 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             clips = [r for r in csv.DictReader(fh) if r["degradation"] == a.degradation]
         for r in clips:
             cid = r["clip_id"]
-            ref = transcribe(load_audio(testset / "clean" / f"{cid}.wav"))
+            ref = read(load_audio(testset / "clean" / f"{cid}.wav"))
             if not ref.strip():
                 continue
             degraded = load_audio(testset / "degraded" / f"{cid}.wav")
             out = load_audio(system / f"{cid}.wav")[: len(degraded)]
             params = json.loads(r["params_json"])
             cutoff = next((p["cutoff_hz"] for p in params if "cutoff_hz" in p), None)
-            errors = {k: word_errors(ref, transcribe(x)).errors for k, x in variants(degraded, out, cutoff).items()}
+            errors = {k: word_errors(ref, read(x)).errors for k, x in variants(degraded, out, cutoff).items()}
             rows.append({"clip": f"{testset.name}/{cid}", "words": len(ref.split()), **errors})
             print(json.dumps(rows[-1]), flush=True)
     if not rows:

@@ -34,8 +34,13 @@ def test_bands_split_the_signal_and_put_back_only_their_band():
 
 def test_main_reports_the_per_clip_mean_for_each_variant(tmp_path, monkeypatch, capsys):
     # a stand-in recogniser: it hears "one two" when the 5 kHz tone is there, else "one"
-    monkeypatch.setattr(word_bands, "transcribe",
-                        lambda x: "one two" if np.abs(word_bands.band(x, 4000, 6000)).max() > 0.05 else "one")
+    calls = []
+
+    def stand_in(x):
+        calls.append(1)
+        return "one two" if np.abs(word_bands.band(x, 4000, 6000)).max() > 0.05 else "one"
+    monkeypatch.setattr(word_bands, "transcribe", stand_in)
+    cache = ["--cache", str(tmp_path / "cache.sqlite")]
     ts, sysdir = tmp_path / "set", tmp_path / "sys"
     for d in ("clean", "degraded"):
         (ts / d).mkdir(parents=True)
@@ -55,7 +60,8 @@ def test_main_reports_the_per_clip_mean_for_each_variant(tmp_path, monkeypatch, 
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    assert word_bands.main(["--testset", str(ts), "--systems", str(sysdir), "--degradation", "bandlimit"]) == 0
+    args = ["--testset", str(ts), "--systems", str(sysdir), "--degradation", "bandlimit", *cache]
+    assert word_bands.main(args) == 0
     out = capsys.readouterr().out
     per_clip = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [r["clip"] for r in per_clip] == ["set/bandlimit_00", "set/bandlimit_01"]
@@ -63,4 +69,17 @@ def test_main_reports_the_per_clip_mean_for_each_variant(tmp_path, monkeypatch, 
     assert [r["input below cut-off"] for r in per_clip] == [1, 0]
     mean = {line.split()[0]: float(line.split()[-3]) for line in out.splitlines() if line.startswith("  ")}
     assert mean["degraded"] == 25.0 and mean["restored"] == 50.0
-    assert word_bands.main(["--testset", str(ts), "--systems", str(sysdir), "--degradation", "eq"]) == 1
+    # a second run reads every transcript from the cache, and prints the same
+    n = len(calls)
+    assert n > 0 and word_bands.main(args) == 0 and len(calls) == n
+    assert capsys.readouterr().out == out
+    assert word_bands.main(["--testset", str(ts), "--systems", str(sysdir), "--degradation", "eq", *cache]) == 1
+
+
+def test_array_hash_is_the_hash_of_the_same_samples_in_a_mono_file(tmp_path):
+    from eval.audio import array_hash, audio_hash, load_audio
+    x = (_tone(440) + 0.01 * np.random.default_rng(0).standard_normal(SR)).astype(np.float32)
+    sf.write(tmp_path / "x.wav", x, SR, subtype="FLOAT")
+    assert array_hash(load_audio(tmp_path / "x.wav")) == audio_hash(tmp_path / "x.wav") == array_hash(x)
+    sf.write(tmp_path / "y.wav", x, SR)  # PCM_16: other samples, another key
+    assert audio_hash(tmp_path / "y.wav") != array_hash(x)
