@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import sys
 from pathlib import Path
@@ -65,10 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--degradation", required=True, help="the manifest's degradation column, e.g. bandlimit")
     ap.add_argument("--cache", default=str(default_cache_path()), help="eval's metric cache (SQLite)")
     a = ap.parse_args(argv)
-    cache = MetricCache(a.cache)
-    read = lambda x: cached_transcribe(cache, x)  # noqa: E731
     if len(a.testset) != len(a.systems):
         ap.error("give one --systems folder per --testset")
+    read = functools.partial(cached_transcribe, MetricCache(a.cache))
     rows = []
     for testset, system in zip(map(Path, a.testset), map(Path, a.systems)):
         with open(testset / "manifest.csv", newline="") as fh:
