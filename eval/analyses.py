@@ -82,6 +82,18 @@ def _asr(est):
     return transcribe(est)
 
 
+def _asr_jitter_version() -> str:
+    from .asr import JITTER_DELAYS, asr_version
+
+    return f"{asr_version()}|delays-{'-'.join(map(str, JITTER_DELAYS))}-v1"
+
+
+def _asr_jitter(est):
+    from .asr import transcribe_delayed
+
+    return transcribe_delayed(est)
+
+
 def _speaker(est):
     from .speaker import speaker_embedding
 
@@ -96,6 +108,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("lag", True, lambda: "xcorr-200ms-v1", _lag),
     Analysis("dnsmos", False, _dnsmos_version, _dnsmos),
     Analysis("asr", False, _asr_version, _asr),
+    Analysis("asr_jitter", False, _asr_jitter_version, _asr_jitter),
     Analysis("speaker_embedding", False, lambda: f"{_pkg('resemblyzer')}-v1", _speaker),
 )}
 

@@ -43,6 +43,19 @@ def transcribe(x: np.ndarray) -> str:
     return hyp.hypstr.strip() if hyp is not None else ""
 
 
+# The sub-frame delay (samples at 16 kHz) of the second reading behind the jitter-averaged WER:
+# half of the recogniser's 10 ms frame step, the grid furthest from the first reading's.
+# Measured on 72 clean dev clips: delaying a clip by 80 samples (5 ms) changes 27% of the words of
+# its reading, and adding white noise 40 dB below it changes 27%.
+JITTER_DELAYS = (80,)
+
+
+def transcribe_delayed(x: np.ndarray, delays=JITTER_DELAYS) -> list[str]:
+    """Readings of the clip delayed by each of `delays` samples (silence put in front)."""
+    x = np.asarray(x, dtype=np.float64)
+    return [transcribe(np.concatenate([np.zeros(d), x])) for d in delays]
+
+
 def align_words(x: np.ndarray, words: list[str]) -> list[tuple[str, float, float]] | None:
     """Force-align known words to a 16 kHz clip: [(token, start_s, end_s)] including '<sil>'
     pauses, or None when a word is not in the dictionary or alignment fails."""

@@ -30,6 +30,7 @@ class MetricSpec:
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("wer_human", "WER vs human transcript", "wer", False, "%", 100.0, 1, "ref_words_human"),
     MetricSpec("wer_asr", "WER vs ASR of clean", "wer", False, "%", 100.0, 1, "ref_words_asr"),
+    MetricSpec("wer_jit", "WER vs ASR of clean, jitter-averaged", "wer", False, "%", 100.0, 1, "ref_words_jit"),
     MetricSpec("spk_sim", "Speaker similarity", "speaker", True, "cosine", 1.0, 3),
     MetricSpec("dnsmos_sig", "DNSMOS SIG", "dnsmos", True, "MOS"),
     MetricSpec("dnsmos_bak", "DNSMOS BAK", "dnsmos", True, "MOS"),
@@ -42,7 +43,7 @@ METRICS: tuple[MetricSpec, ...] = (
 # --metrics groups and the cached analyses each one needs. The lag check rides along with any
 # reference-based metric because it explains their failures.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "wer": ("asr",),
+    "wer": ("asr", "asr_jitter"),
     "speaker": ("speaker_embedding",),
     "dnsmos": ("dnsmos",),
     "pesq": ("pesq", "lag"),

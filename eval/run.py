@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(systems) > 1:
         figures[f"Paired differences to {baseline}"] = P.delta_bars(summary, out / "plots" / f"delta_vs_{baseline}.png")
     by_group = P.delta_by_group(summary, out / "plots" / f"delta_by_{group_column}.png",
-                                ["dnsmos_ovrl", "pesq", "stoi", "wer_asr", "spk_sim"]) if group_column else None
+                                ["dnsmos_ovrl", "pesq", "stoi", "wer_asr", "wer_jit", "spk_sim"]) if group_column else None
     if by_group is not None:
         figures[f"Differences per {group_column}"] = by_group
     spectrograms = []

@@ -22,7 +22,7 @@ from .cache import MetricCache
 from .columns import GROUPS, REFERENCE_GROUPS
 from .inputs import EvalSet
 from .speaker import cosine
-from .wer import word_errors
+from .wer import jittered_word_errors, word_errors
 
 
 @dataclass
@@ -107,17 +107,21 @@ def score(evalset: EvalSet, groups: list[str], cache: MetricCache, jobs: int = 1
     paired = sorted({a for g in ref_groups for a in GROUPS[g]})
     for clip in evalset.clips:
         spk_ref = clip.clean or clip.degraded
+        asr_reference = clip.clean is not None and clip.reference_kind in (None, "asr_of_clean")
         for files in evalset.systems.values():
             path = files[clip.clip_id]
             for a in single:
-                need(a, path)
+                if a != "asr_jitter" or asr_reference:  # jitter matters only against a reading
+                    need(a, path)
             for a in paired:
                 if digest(path) != digest(clip.clean):  # the reference scored against itself says nothing
                     need(a, path, clip.clean)
         if "speaker" in groups and spk_ref is not None:
             need("speaker_embedding", spk_ref)
-        if "wer" in groups and clip.transcript is None and clip.clean is not None:
-            need("asr", clip.clean)
+        if "wer" in groups and asr_reference:
+            if clip.transcript is None:
+                need("asr", clip.clean)
+            need("asr_jitter", clip.clean)
 
     # Look everything up; what is missing becomes one task per (file, reference) pair.
     results: dict[tuple[str, str, str | None], object] = {}
@@ -232,6 +236,12 @@ def _rows(evalset: EvalSet, groups, ref_groups, results, digest, stats: ScoreSta
                 for suffix, k in (("human", "human"), ("asr", "asr_of_clean")):
                     row[f"wer_{suffix}"] = wer if kind == k else nan
                     row[f"ref_words_{suffix}"] = words if kind == k else 0
+                row.update(wer_jit=nan, ref_words_jit=0)
+                ref_more = get("asr_jitter", clip.clean) if kind == "asr_of_clean" else None
+                hyp_more = get("asr_jitter", path) if ref_more is not None else None
+                if hyp is not None and hyp_more is not None:
+                    errors_mean, words_mean = jittered_word_errors([transcript, *ref_more], [hyp, *hyp_more])
+                    row.update(wer_jit=errors_mean / words_mean if words_mean else nan, ref_words_jit=words_mean)
             if "speaker" in groups:
                 emb = get("speaker_embedding", path)
                 same = spk_ref is not None and digest(path) == digest(spk_ref)

@@ -71,3 +71,20 @@ def word_errors(reference: str, hypothesis: str) -> WordErrors:
 
     out = jiwer.process_words(ref, hyp)
     return WordErrors(out.substitutions, out.deletions, out.insertions, n_ref)
+
+
+def jittered_word_errors(references: list[str], hypotheses: list[str]) -> tuple[float, float]:
+    """(mean errors, mean reference words) over the pairings of reference reading i with
+    hypothesis reading j, i != j.
+
+    Reading i of each signal is taken at the same delay (eval.asr.JITTER_DELAYS, with 0 first), so
+    pairing only different delays charges every system the recogniser's own instability alike: an
+    output sample-identical to the reference scores the reference's disagreement with itself, not
+    0, and nothing else is punished for not being sample-identical.
+    """
+    if len(references) != len(hypotheses) or len(references) < 2:
+        raise ValueError("need two or more readings of each signal, at the same delays.")
+    pairs = [(r, h) for i, r in enumerate(references) for j, h in enumerate(hypotheses) if i != j]
+    errors = [word_errors(r, h).errors for r, h in pairs]
+    words = [len(normalise_text(r).split()) for r, _ in pairs]
+    return sum(errors) / len(errors), sum(words) / len(words)

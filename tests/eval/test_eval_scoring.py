@@ -113,3 +113,44 @@ def test_audio_hash_follows_samples_not_file_bytes(tmp_path, speech, write_wav):
     assert audio_hash(pcm_wav) != audio_hash(a)  # 16-bit quantised samples differ from float
     assert audio_hash(write_wav(tmp_path / "d.wav", x, sr=8000)) != audio_hash(pcm_wav)
     assert audio_hash(write_wav(tmp_path / "e.wav", 0.5 * x)) != audio_hash(pcm_wav)
+
+
+def test_jitter_averaged_wer_pairs_the_readings_of_clean_and_system(tiny_testset, monkeypatch):
+    """The jittered WER of a clip pairs the clean reference's reading at one delay with the
+    output's at the other; human transcripts are not jittered. Fake recognisers keep it fast and
+    the expected numbers exact: the delay-0 reading says 'a b c d' for every file, the delayed
+    reading of the 'half' system loses a word."""
+    import eval.analyses as A
+    from eval.analyses import Analysis
+
+    root, systems = tiny_testset
+    half = {str(p) for p in (systems / "half").iterdir()}
+    loaded = []
+
+    def fake_load(path):  # scoring loads by path; remember which file each decode is for
+        loaded.append(str(path))
+        return np.zeros(10)
+
+    monkeypatch.setattr("eval.scoring.load_audio", fake_load)
+    monkeypatch.setitem(A.ANALYSES, "asr", Analysis("asr", False, lambda: "fake", lambda est: "a b c d"))
+    monkeypatch.setitem(A.ANALYSES, "asr_jitter", Analysis(
+        "asr_jitter", False, lambda: "fake", lambda est: ["a b c"] if loaded[-1] in half else ["a b c d"]))
+    monkeypatch.setattr("eval.scoring.audio_hash", lambda p: str(p))  # every file its own entry
+    A.version_of.cache_clear()
+    try:
+        es = discover([str(systems / "copy"), str(systems / "half")], testset=root)
+        rows, stats = score(es, ["wer"], MetricCache(None), jobs=1, quiet=True)
+    finally:
+        A.version_of.cache_clear()
+    assert not stats.errors
+    by = {(r["clip_id"], r["system"]): r for r in rows}
+    human, asr = es.clips[0].clip_id, es.clips[2].clip_id   # the fixture: clips 0-1 have transcripts
+    assert math.isnan(by[(human, "half")]["wer_jit"]) and by[(human, "half")]["ref_words_jit"] == 0
+    assert by[(asr, "copy")]["wer_jit"] == 0.0 and by[(asr, "copy")]["ref_words_jit"] == 4.0
+    # 'half': its delay-0 reading matches the reference's delayed one; its delayed reading misses
+    # one of the four words of the reference's first: 1 error over 2 pairings
+    assert by[(asr, "half")]["wer_jit"] == pytest.approx(0.5 / 4)
+    assert by[(asr, "half")]["wer_asr"] == 0.0
+    # plain readings of all 6 clips x 4 systems (clean, degraded, copy, half); delayed readings only
+    # of the 4 clips whose reference is a reading
+    assert stats.computed == 6 * 4 + 4 * 4

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("jiwer")
 
-from eval.wer import normalise_text, number_to_words, word_errors  # noqa: E402
+from eval.wer import jittered_word_errors, normalise_text, number_to_words, word_errors  # noqa: E402
 
 
 def test_transcript_against_itself_is_zero():
@@ -50,3 +50,19 @@ def test_number_to_words(n, words):
 def test_empty_reference_has_undefined_wer():
     assert math.isnan(word_errors("", "something").wer)
     assert word_errors("...", "").reference_words == 0
+
+
+def test_jittered_errors_pair_readings_at_different_delays_only():
+    # reading 0 and reading 1 of the same signal differ by one word: a sample-identical output
+    # meets that instability instead of scoring 0 on the pair of equal delays
+    refs = ["the cat sat on the mat", "the bat sat on the mat"]
+    assert jittered_word_errors(refs, refs) == (1.0, 6.0)           # pairs (0, 1) and (1, 0)
+    assert jittered_word_errors(refs, ["the cat sat on the mat"] * 2) == (0.5, 6.0)  # 1 then 0 errors
+    errors, words = jittered_word_errors(["a b c d", "a b"], ["a b", "a b c d"])
+    assert (errors, words) == (0.0, 3.0)                             # 4 and 2 reference words
+    errors, words = jittered_word_errors(["a b c", "a b c", "a b c"], ["a b c", "a b c", "x b c"])
+    assert (errors, words) == (pytest.approx(2 / 6), 3.0)           # 6 pairings, 2 with the odd one
+    with pytest.raises(ValueError):
+        jittered_word_errors(["a"], ["a"])
+    with pytest.raises(ValueError):
+        jittered_word_errors(["a", "b"], ["a"])
