@@ -46,7 +46,7 @@ def transcribe(x: np.ndarray) -> str:
 # The sub-frame delay (samples at 16 kHz) of the second reading behind the jitter-averaged WER:
 # half of the recogniser's 10 ms frame step, the grid furthest from the first reading's.
 # Measured on 72 clean dev clips: delaying a clip by 80 samples (5 ms) changes 27% of the words of
-# its reading, and adding white noise 40 dB below it changes 27%.
+# its reading, and adding white noise 40 dB below it 24-27% (scripts/asr_stability.py).
 JITTER_DELAYS = (80,)
 
 

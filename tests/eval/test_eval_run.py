@@ -73,3 +73,25 @@ def test_missing_metric_package_is_a_clear_error(tiny_testset, tmp_path, capsys,
     root, systems = tiny_testset
     assert main(_args(root, systems, tmp_path / "o", tmp_path / "c")) == 2
     assert "metric group 'stoi' needs pystoi" in capsys.readouterr().err
+
+
+def test_report_prints_the_jitter_floor_of_the_clean_reference(tiny_testset, tmp_path, monkeypatch):
+    # stand-in recogniser: every file reads 'a b c d' as it is and 'a b c' delayed, so the clean
+    # reference disagrees with itself across the two delays by one word in 3.5 (28.6%)
+    import eval.analyses as A
+    from eval.analyses import Analysis
+
+    monkeypatch.setitem(A.ANALYSES, "asr", Analysis("asr", False, lambda: "fake", lambda est: "a b c d"))
+    monkeypatch.setitem(A.ANALYSES, "asr_jitter", Analysis("asr_jitter", False, lambda: "fake",
+                                                           lambda est: ["a b c"]))
+    A.version_of.cache_clear()
+    try:
+        root, systems = tiny_testset
+        args = _args(root, systems, tmp_path / "o", tmp_path / "c.sqlite")
+        args[args.index("--metrics") + 1] = "wer"
+        assert main(args) == 0
+    finally:
+        A.version_of.cache_clear()
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "WER vs ASR of clean, jitter-averaged (%)" in report
+    assert "Jitter-averaged WER of the clean reference against itself: 28.6%" in report
