@@ -43,6 +43,21 @@ def transcribe(x: np.ndarray) -> str:
     return hyp.hypstr.strip() if hyp is not None else ""
 
 
+def cached_transcribe(cache, x: np.ndarray, recognise=None) -> str:
+    """The reading of x from eval's metric cache (`cache`, an eval.cache.MetricCache), recognised
+    with `recognise` (default: transcribe) and stored when missing. The key is the one eval.run
+    gives a mono file holding these samples, so scripts and eval.run share their readings."""
+    from .analyses import version_of
+    from .audio import array_hash
+
+    digest, version = array_hash(x), version_of("asr")
+    text = cache.get("asr", version, digest)
+    if text is None:
+        text = (recognise or transcribe)(x)
+        cache.put("asr", version, digest, None, text)
+    return text
+
+
 # The sub-frame delay (samples at 16 kHz) of the second reading behind the jitter-averaged WER:
 # half of the recogniser's 10 ms frame step, the grid furthest from the first reading's.
 # Measured on 72 clean dev clips: delaying a clip by 80 samples (5 ms) changes 27% of the words of

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -23,16 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.analyses import version_of  # noqa: E402
-from eval.audio import array_hash, load_audio  # noqa: E402
+from eval.asr import cached_transcribe, transcribe  # noqa: E402
+from eval.audio import load_audio  # noqa: E402
 from eval.cache import MetricCache, default_cache_path  # noqa: E402
 from eval.wer import normalise_text, word_errors  # noqa: E402
-
-
-def transcribe(x: np.ndarray) -> str:
-    from eval.asr import transcribe as pocketsphinx  # deferred: loading the decoder takes a while
-
-    return pocketsphinx(x)
 
 
 def variants(x: np.ndarray, clip_id: str, args, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -67,15 +62,7 @@ def main(argv=None) -> int:
         ap.error(f"{manifest} not found: give a folder made by eval.make_testset")
     rows = list(csv.DictReader(open(manifest, newline="")))
     cache = MetricCache(args.cache or default_cache_path())
-    version = version_of("asr")
-
-    def read(x: np.ndarray) -> str:
-        digest = array_hash(x)
-        text = cache.get("asr", version, digest)
-        if text is None:
-            text = transcribe(x)
-            cache.put("asr", version, digest, None, text)
-        return text
+    read = functools.partial(cached_transcribe, cache, recognise=transcribe)
 
     rng = np.random.default_rng(args.seed)
     totals: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import sys
 from pathlib import Path
 
@@ -22,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.analyses import version_of  # noqa: E402
-from eval.audio import array_hash, load_audio  # noqa: E402
+from eval.asr import cached_transcribe, transcribe  # noqa: E402
+from eval.audio import load_audio  # noqa: E402
 from eval.bootstrap import paired_difference  # noqa: E402
 from eval.cache import MetricCache, default_cache_path  # noqa: E402
 from eval.wer import normalise_text, word_errors  # noqa: E402
@@ -31,12 +32,6 @@ from eval.wer import normalise_text, word_errors  # noqa: E402
 PAIRINGS = {"same grid, as is": [(0, 0)], "same grid, both delayed": [(1, 1)],
             "clean as is, output delayed": [(0, 1)], "clean delayed, output as is": [(1, 0)],
             "both cross pairings": [(0, 1), (1, 0)]}
-
-
-def transcribe(x: np.ndarray) -> str:
-    from eval.asr import transcribe as pocketsphinx  # deferred: loading the decoder takes a while
-
-    return pocketsphinx(x)
 
 
 def main(argv=None) -> int:
@@ -57,15 +52,7 @@ def main(argv=None) -> int:
         if not folder.is_dir():
             ap.error(f"{folder} not found")
     cache = MetricCache(args.cache or default_cache_path())
-    version = version_of("asr")
-
-    def read(x: np.ndarray) -> str:
-        digest = array_hash(x)
-        text = cache.get("asr", version, digest)
-        if text is None:
-            text = transcribe(x)
-            cache.put("asr", version, digest, None, text)
-        return text
+    read = functools.partial(cached_transcribe, cache, recognise=transcribe)
 
     def readings(path: Path) -> list[str]:
         x = load_audio(path)

@@ -25,9 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.analyses import version_of  # noqa: E402
-from eval.asr import transcribe  # noqa: E402
-from eval.audio import SAMPLE_RATE, array_hash, load_audio  # noqa: E402
+from eval.asr import cached_transcribe, transcribe  # noqa: E402
+from eval.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from eval.cache import MetricCache, default_cache_path  # noqa: E402
 from eval.wer import word_errors  # noqa: E402
 
@@ -49,16 +48,6 @@ def variants(degraded: np.ndarray, out: np.ndarray, cutoff: float | None) -> dic
     return v
 
 
-def cached_transcribe(cache: MetricCache, x: np.ndarray) -> str:
-    """pocketsphinx's reading of x, from eval's cache where it has one (the same key as eval.run's)."""
-    digest = array_hash(x)
-    text = cache.get("asr", version_of("asr"), digest)
-    if text is None:
-        text = transcribe(x)
-        cache.put("asr", version_of("asr"), digest, None, text)
-    return text
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testset", nargs="+", required=True, help="test sets (eval.make_testset folders)")
@@ -68,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if len(a.testset) != len(a.systems):
         ap.error("give one --systems folder per --testset")
-    read = functools.partial(cached_transcribe, MetricCache(a.cache))
+    read = functools.partial(cached_transcribe, MetricCache(a.cache), recognise=transcribe)
     rows = []
     for testset, system in zip(map(Path, a.testset), map(Path, a.systems)):
         with open(testset / "manifest.csv", newline="") as fh:
