@@ -65,10 +65,15 @@ def cached_transcribe(cache, x: np.ndarray, recognise=None) -> str:
 JITTER_DELAYS = (80,)
 
 
+def delayed(x: np.ndarray, samples: int) -> np.ndarray:
+    """x with `samples` of silence put in front (the clip grows by that much)."""
+    x = np.asarray(x)
+    return np.concatenate([np.zeros(samples, x.dtype), x])
+
+
 def transcribe_delayed(x: np.ndarray, delays=JITTER_DELAYS) -> list[str]:
-    """Readings of the clip delayed by each of `delays` samples (silence put in front)."""
-    x = np.asarray(x, dtype=np.float64)
-    return [transcribe(np.concatenate([np.zeros(d), x])) for d in delays]
+    """Readings of the clip delayed by each of `delays` samples."""
+    return [transcribe(delayed(x, d)) for d in delays]
 
 
 def align_words(x: np.ndarray, words: list[str]) -> list[tuple[str, float, float]] | None:

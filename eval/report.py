@@ -118,7 +118,7 @@ def checks_section(summary: Summary, errors: list[str], warnings: list[str], row
         jit = [(r["wer_jit"], r["ref_words_jit"]) for r in rows
                if r["system"] == "clean" and r.get("ref_words_jit", 0) > 0 and np.isfinite(r["wer_jit"])]
         if jit:
-            floor = sum(w * e for w, e in jit) / sum(e for _, e in jit)
+            floor = sum(wer * words for wer, words in jit) / sum(words for _, words in jit)
             lines.append(f"- Jitter-averaged WER of the clean reference against itself: {100 * floor:.1f}%, "
                          "the recogniser's own instability under a delay of half a frame: the "
                          "floor that any changed signal meets in that column.")

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.asr import cached_transcribe, transcribe  # noqa: E402
+from eval.asr import cached_transcribe, delayed, transcribe  # noqa: E402
 from eval.audio import load_audio  # noqa: E402
 from eval.bootstrap import paired_difference  # noqa: E402
 from eval.cache import MetricCache, default_cache_path  # noqa: E402
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
 
     def readings(path: Path) -> list[str]:
         x = load_audio(path)
-        return [read(x), read(np.concatenate([np.zeros(args.delay, x.dtype), x]))]
+        return [read(x), read(delayed(x, args.delay))]
 
     # per system, per clip: {(i, j): (errors, reference words)}
     table: dict[str, list[dict]] = {name: [] for name in folders}
