@@ -2,6 +2,14 @@
 impulse responses, using the project's degradation simulator (restore.training.degrade).
 
   python -m eval.make_testset --data /work/shared/data --out /tmp/devset
+  python -m eval.make_testset --profile real --per-type 12 --data /work/shared/data --out /tmp/real0
+
+Two profiles:
+  mild   nine types, one effect each (plus 'mixed' combinations), at the simulator's training ranges:
+         the regression check (inputs near PESQ 2.5).
+  real   what people actually bring (inputs near PESQ 1.3): real noise at 0-15 dB SNR, noise +
+         reverberation, reverberation alone, a 2-4 kHz band limit + noise, clipping + noise, and a
+         real MP3 round trip at 16-32 kbit/s + noise, in equal shares. Decisions are taken on it.
 
 Only the dev-eval speakers, dev noises and dev RIR of restore/training/split.json are used (never
 training material). Writes <out>/clean/<id>.wav, <out>/degraded/<id>.wav (16 kHz PCM16),
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import json
 import sys
@@ -26,10 +35,67 @@ import numpy as np
 from . import SAMPLE_RATE
 from .audio import load_audio, write_audio
 
-# The nine degradation types of the test set. 'mixed' cycles through realistic combinations.
+# The nine degradation types of the mild profile. 'mixed' cycles through realistic combinations.
 TYPES = ("noise", "reverb", "bandlimit", "clip", "codec", "eq", "hum", "dropout", "mixed")
 MIXED = (("reverb", "noise", "codec"), ("eq", "noise", "clip"), ("reverb", "noise", "bandlimit"),
          ("noise", "hum", "dropout"))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One degradation type of the realistic profile: the simulator's effects (in its fixed order), the
+    ranges they draw from, and optionally a real MP3 round trip after them."""
+    name: str
+    effects: tuple[str, ...]
+    ranges: tuple[tuple[str, object], ...] = ()  # DegradeConfig fields for this type
+    mp3_kbps: tuple[int, ...] = ()               # bit rates drawn from; empty: no MP3
+
+
+_REAL_NOISE = (("p_synthetic_noise", 0.0),)      # recorded dev noises only
+_ROOM = (("rt60", (0.3, 1.0)), ("drr_db", (-3.0, 9.0)))
+REAL_KINDS = (
+    Kind("noise", ("noise",), _REAL_NOISE + (("snr_db", (0.0, 15.0)),)),
+    Kind("noise_reverb", ("reverb", "noise"), _REAL_NOISE + _ROOM + (("snr_db", (5.0, 20.0)),)),
+    Kind("reverb", ("reverb",), _ROOM),
+    Kind("bandlimit_noise", ("noise", "bandlimit"),
+         _REAL_NOISE + (("snr_db", (5.0, 20.0)), ("bandwidth_hz", (2000.0, 4000.0)))),
+    Kind("clip_noise", ("noise", "clip"), _REAL_NOISE + (("snr_db", (5.0, 20.0)), ("clip_fraction", (0.1, 0.4)))),
+    Kind("mp3_noise", ("noise",), _REAL_NOISE + (("snr_db", (5.0, 20.0)),), mp3_kbps=(16, 24, 32)),
+)
+PROFILES = ("mild", "real")
+
+
+def profile_types(profile: str) -> tuple[str, ...]:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: choose {' or '.join(PROFILES)}.")
+    return TYPES if profile == "mild" else tuple(k.name for k in REAL_KINDS)
+
+
+def mp3_roundtrip(x: np.ndarray, kbps: int) -> tuple[np.ndarray, dict]:
+    """x (N,) at 16 kHz through a real MPEG-1/2 Layer III encoder and decoder (libsndfile's LAME and
+    mpg123) at a constant bit rate; the codec's delay is found by cross-correlation and removed, so the
+    result stays sample-aligned with the clean reference. Returns (y (N,), what was done)."""
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    # libsndfile maps compression_level 0..1 linearly onto MPEG-2's 160..8 kbit/s at this rate
+    level = (160.0 - kbps) / 152.0
+    sf.write(buf, x.astype(np.float32), SAMPLE_RATE, format="MP3", subtype="MPEG_LAYER_III",
+             compression_level=level, bitrate_mode="CONSTANT")
+    size = len(buf.getvalue())
+    buf.seek(0)
+    y, sr = sf.read(buf, dtype="float32")
+    if sr != SAMPLE_RATE:
+        raise ValueError(f"the MP3 decoder returned {sr} Hz, not {SAMPLE_RATE}.")
+    max_lag = min(4096, len(y) - 1)
+    corr = np.correlate(y[: len(x) + max_lag], x, mode="valid")[: max_lag + 1]
+    lag = int(np.argmax(corr))
+    y = y[lag : lag + len(x)]
+    y = np.pad(y, (0, len(x) - len(y)))
+    return y, {"kind": "mp3", "kbps": kbps, "measured_kbps": round(size * 8 / (len(x) / SAMPLE_RATE) / 1000, 1),
+               "delay_samples": lag, "encoder": f"libsndfile {sf.__libsndfile_version__}"}
 MIN_SECONDS, MAX_SECONDS = 3.0, 10.0
 PEAK = 0.99           # degraded clips louder than this are scaled down instead of clipped on writing
 TRIM_TOP_DB = 30.0    # leading/trailing silence quieter than peak - 30 dB is trimmed ...
@@ -213,11 +279,12 @@ def _split_more(pool: list[Segment], needed: int) -> list[Segment]:
     return pool
 
 
-def choose(pool: list[Segment], per_type: int, seed: int) -> list[tuple[str, Segment]]:
+def choose(pool: list[Segment], per_type: int, seed: int,
+           types: tuple[str, ...] = TYPES) -> list[tuple[str, Segment]]:
     """Deal segments to degradation types: every human-transcribed segment first, then the others
     round-robin over speakers; shuffled with the seed so no type gets one speaker. Reuses segments
     only when there are fewer than needed."""
-    needed = per_type * len(TYPES)
+    needed = per_type * len(types)
     by_speaker: dict[str, list[Segment]] = {}
     for seg in sorted(pool, key=lambda s: (s.transcript is None, s.source, s.start_s)):
         by_speaker.setdefault(seg.speaker, []).append(seg)
@@ -230,7 +297,7 @@ def choose(pool: list[Segment], per_type: int, seed: int) -> list[tuple[str, Seg
     picked = [ordered[i % len(ordered)] for i in range(needed)]
     rng = np.random.default_rng(seed)
     picked = [picked[i] for i in rng.permutation(needed)]
-    return [(TYPES[i % len(TYPES)], seg) for i, seg in enumerate(picked)]
+    return [(types[i % len(types)], seg) for i, seg in enumerate(picked)]
 
 
 def _seed_for(clip_id: str, seed: int) -> int:
@@ -239,7 +306,7 @@ def _seed_for(clip_id: str, seed: int) -> int:
 
 def build_testset(data: str | Path, out: str | Path, split: str | Path | None = None, per_type: int = 8,
                   seed: int = 0, p_real_rir: float = 0.5, overwrite: bool = False, asr: bool = True,
-                  quiet: bool = False) -> Path:
+                  quiet: bool = False, profile: str = "mild") -> Path:
     """Build the test set; returns the manifest path. Raises ValueError on bad input.
 
     With `asr` off, clips without a human transcript get none (eval.run then transcribes the clean
@@ -249,6 +316,8 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
     from restore.training.degrade import DegradeConfig, degrade_clip
 
     data, out = Path(data), Path(out)
+    types = profile_types(profile)
+    kinds_of = {k.name: k for k in REAL_KINDS}
     if not data.is_dir():
         raise ValueError(f"data folder {data} does not exist.")
     if per_type < 1:
@@ -273,8 +342,8 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
     # the test set should show how the restorer copes with a real, unseen room.
     config = DegradeConfig(p_real_rir=p_real_rir)
 
-    pool = _split_more(build_pool(data, speakers), per_type * len(TYPES))
-    plan = choose(pool, per_type, seed)
+    pool = _split_more(build_pool(data, speakers), per_type * len(types))
+    plan = choose(pool, per_type, seed, types)
     if not quiet:
         print(f"[testset] {len(pool)} segments from {len(speakers)} speakers -> {len(plan)} clips",
               file=sys.stderr, flush=True)
@@ -282,14 +351,24 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
     if asr:
         from .asr import transcribe
 
-    rows, counters = [], {t: 0 for t in TYPES}
+    rows, counters = [], {t: 0 for t in types}
     for kind, seg in plan:
         clip_id = f"{kind}_{counters[kind]:02d}_{seg.speaker}"
-        kinds = list(MIXED[counters[kind] % len(MIXED)]) if kind == "mixed" else [kind]
+        spec = kinds_of.get(kind) if profile == "real" else None
+        if spec is not None:
+            kinds = list(spec.effects)
+            clip_config = dataclasses.replace(config, **dict(spec.ranges))
+        else:
+            kinds = list(MIXED[counters[kind] % len(MIXED)]) if kind == "mixed" else [kind]
+            clip_config = config
         counters[kind] += 1
         clip_seed = _seed_for(clip_id, seed)
         degraded, effects = degrade_clip(seg.audio, seed=clip_seed, kinds=kinds, noises=noises, rirs=rirs,
-                                         noise_names=noise_names, rir_names=rir_names, config=config)
+                                         noise_names=noise_names, rir_names=rir_names, config=clip_config)
+        if spec is not None and spec.mp3_kbps:
+            kbps = spec.mp3_kbps[np.random.default_rng(clip_seed).integers(len(spec.mp3_kbps))]
+            degraded, record = mp3_roundtrip(degraded, int(kbps))
+            effects, kinds = effects + [record], kinds + ["mp3"]
         peak = float(np.max(np.abs(degraded)))
         if peak > PEAK:
             degraded = degraded * (PEAK / peak)
@@ -321,7 +400,10 @@ def build_testset(data: str | Path, out: str | Path, split: str | Path | None = 
         writer.writerows(rows)
     (out / "testset.json").write_text(json.dumps({
         "data": str(data.resolve()), "split": str(split_path.resolve()), "seed": seed, "per_type": per_type,
-        "types": list(TYPES), "mixed_combinations": ["+".join(m) for m in MIXED], "sample_rate": SAMPLE_RATE,
+        "profile": profile, "types": list(types), "sample_rate": SAMPLE_RATE,
+        **({"mixed_combinations": ["+".join(m) for m in MIXED]} if profile == "mild" else
+           {"kinds": [{"name": k.name, "effects": list(k.effects), "ranges": dict(k.ranges),
+                       "mp3_kbps": list(k.mp3_kbps)} for k in REAL_KINDS]}),
         "dev_speakers": speakers, "dev_noises": noise_names, "dev_rirs": rir_names,
         "degrade_config": config.to_dict(),
         # the simulator's code decides the audio as much as the seed: a changed file means rebuild
@@ -341,7 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder for the test set (outside the repository)")
     p.add_argument("--split", help="split file naming the dev speakers, noises and RIRs "
                                    "(default: restore/training/split.json)")
-    p.add_argument("--per-type", type=int, default=8, help=f"clips per degradation type ({len(TYPES)} types)")
+    p.add_argument("--profile", choices=PROFILES, default="mild",
+                   help="mild: the nine single-effect types (regression check); real: realistic damage "
+                        "(decisions are taken on it)")
+    p.add_argument("--per-type", type=int, default=8,
+                   help=f"clips per degradation type ({len(TYPES)} mild types, {len(REAL_KINDS)} real ones)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--p-real-rir", type=float, default=0.5,
                    help="share of reverberant clips using the recorded dev RIR instead of a simulated room")
@@ -352,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         manifest = build_testset(args.data, args.out, args.split, args.per_type, args.seed, args.p_real_rir,
-                                 args.overwrite, not args.no_asr, args.quiet)
+                                 args.overwrite, not args.no_asr, args.quiet, args.profile)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -136,3 +136,41 @@ def test_cuts_make_pieces_of_allowed_length():
 def test_tokens_keep_original_text_with_dictionary_words():
     assert _tokens("Lord, but I'm 2 late.") == [("Lord,", ["lord"]), ("but", ["but"]), ("I'm", ["i'm"]),
                                                 ("2", ["two"]), ("late.", ["late"])]
+
+
+def test_real_profile_has_its_six_kinds_with_their_ranges_and_a_real_mp3(data_root, tmp_path):
+    from eval.make_testset import REAL_KINDS
+
+    root, split = data_root
+    out = tmp_path / "real"
+    build_testset(root, out, split, per_type=2, seed=0, asr=False, quiet=True, profile="real")
+    rows = _read(out / "manifest.csv")
+    assert sorted({r["degradation"] for r in rows}) == sorted(k.name for k in REAL_KINDS)
+    assert len(rows) == 2 * len(REAL_KINDS)
+    assert json.loads((out / "testset.json").read_text())["profile"] == "real"
+    import soundfile as sf
+
+    for r in rows:
+        effects = {e["kind"]: e for e in json.loads(r["params_json"])}
+        if "noise" in effects:
+            assert effects["noise"]["source"] == "noise/dev_noise.flac"  # recorded dev noise only
+            lo, hi = (0.0, 15.0) if r["degradation"] == "noise" else (5.0, 20.0)
+            assert lo <= effects["noise"]["snr_db"] <= hi
+        if "reverb" in effects and effects["reverb"]["rir"] == "simulated":
+            assert 0.3 <= effects["reverb"]["rt60_s"] <= 1.0
+        if r["degradation"] == "bandlimit_noise":
+            assert 2000 <= effects["bandlimit"]["cutoff_hz"] <= 4000
+        if r["degradation"] == "mp3_noise":
+            mp3 = effects["mp3"]
+            assert mp3["kbps"] in (16, 24, 32) and abs(mp3["measured_kbps"] - mp3["kbps"]) < 4
+            clean, _ = sf.read(out / "clean" / f"{r['clip_id']}.wav")
+            deg, _ = sf.read(out / "degraded" / f"{r['clip_id']}.wav")
+            assert len(deg) == len(clean)
+            lag = np.argmax(np.correlate(deg, clean[2000:-2000], mode="valid")) - 2000
+            assert abs(lag) <= 1  # the codec's delay was taken out
+
+
+def test_unknown_profile_is_refused(data_root, tmp_path):
+    root, split = data_root
+    with pytest.raises(ValueError, match="unknown profile"):
+        build_testset(root, tmp_path / "x", split, per_type=1, asr=False, quiet=True, profile="harsh")
