@@ -226,3 +226,58 @@ def test_python_random_draws_are_seeded_and_follow_the_probabilities():
     assert torch.equal(y, again) and rec == rec2 and not torch.equal(y, other)
     share = lambda kind: sum(any(e["kind"] == kind for e in r) for r in rec) / len(rec)  # noqa: E731
     assert 0.42 < share("noise") < 0.58 and 0.14 < share("clip") < 0.26
+
+
+def _talkers():
+    return torch.from_numpy((speechlike(12.0, SR, seed=7) * 20000).astype(np.int16))
+
+
+def _noise_only(clean, seed=0, **cfg):
+    """The noise a single 'noise' effect adds (degraded minus clean) and its record."""
+    noises = [torch.from_numpy(np.random.default_rng(k).standard_normal(SR * 3).astype(np.float32)) for k in (5, 6)]
+    deg = Degrader(DegradeConfig(p_synthetic_noise=0.0, **cfg), noises=noises, talkers=_talkers())
+    y, rec = deg(clean, torch.Generator().manual_seed(seed), ["noise"])
+    (effect,) = rec[0]
+    return y - clean, effect
+
+
+@pytest.mark.parametrize("variant", ["p_babble", "p_noise_pair", "p_noise_colour", "p_noise_bursts"])
+def test_noise_variations_reach_the_target_snr(clean, variant):
+    added, effect = _noise_only(clean, **{variant: 1.0})
+    assert abs(db(clean.square().mean().item() / added.square().mean().item()) - effect["snr_db"]) < 0.5
+    if variant == "p_babble":
+        assert effect["source"].startswith("babble(") and 3 <= int(effect["source"][7:-1]) <= 8
+    elif variant == "p_noise_pair":
+        assert effect["pair"] == "noise1" or effect["pair"] == "noise0"
+        assert -10.0 <= effect["pair_db"] <= 0.0
+    elif variant == "p_noise_colour":
+        assert -3.0 <= effect["colour_tilt"] <= 3.0
+    else:
+        assert effect["bursts"] is True
+
+
+def test_babble_is_speech_and_bursts_come_and_go(clean):
+    steady, _ = _noise_only(clean)
+    babble, _ = _noise_only(clean, p_babble=1.0)
+    assert babble.abs().sum() > 0 and not torch.allclose(steady, babble)
+
+    def spread_db(x):  # range of the level over 250 ms blocks
+        blocks = x[0, : x.shape[-1] // 4000 * 4000].view(-1, 4000).square().mean(-1)
+        return db(blocks.max().item() / blocks.min().item())
+
+    bursty = [spread_db(_noise_only(clean, seed=s, p_noise_bursts=1.0)[0]) for s in range(3)]
+    assert spread_db(steady) < 3.0 and max(bursty) > 10.0
+
+
+def test_noise_variations_draw_nothing_when_off(clean):
+    """Test sets made before the variations existed must stay as they were: at probability 0 they draw
+    nothing, so the same seed gives the same audio and the same record."""
+    noises = [torch.from_numpy(np.random.default_rng(5).standard_normal(SR * 3).astype(np.float32))]
+    a = Degrader(DegradeConfig(), noises=noises)(clean, torch.Generator().manual_seed(3))
+    b = Degrader(DegradeConfig(), noises=noises, talkers=_talkers())(clean, torch.Generator().manual_seed(3))
+    assert torch.equal(a[0], b[0]) and a[1] == b[1]
+
+
+def test_babble_needs_talkers():
+    with pytest.raises(ValueError, match="talkers"):
+        Degrader(DegradeConfig(p_babble=0.5))

@@ -164,3 +164,43 @@ def test_validate_model_scores_finished_models_as_the_training_log_does(train_da
     want = tr.validate()
     assert got["model"] == str(tiny_model) and got["val_loss"] == pytest.approx(want["val_loss"], abs=1e-4)
     assert got["val_x0_err_t1"] == pytest.approx(want["val_x0_err_t1"], abs=1e-4)
+
+
+def test_own_estimate_rows_start_from_the_models_estimate_and_aim_at_the_clean(train_data_dir, tmp_path):
+    """With p_own_estimate, a fixed share of each batch starts its path from the EMA model's one-step
+    estimate at a flow time in own_t; the target still points at the clean latents (x_t - t v = x0)."""
+    tr = trainer(train_data_dir, tmp_path / "run", batch=4, p_own_estimate=0.5, own_t=(0.2, 0.6))
+    seen = {}
+    forward = tr.forward
+
+    def spy(xt, t, *rest):
+        seen["xt"], seen["t"] = xt.detach().clone(), t.detach().clone()
+        return forward(xt, t, *rest)
+
+    tr.forward = spy
+    batch = tr.batch()
+    loss = tr.train_step(batch)
+    assert torch.isfinite(loss)
+    t = seen["t"]
+    assert ((t[:2] >= 0.2) & (t[:2] <= 0.6)).all()
+    # the own rows' x_t is off the straight path from the clean latents (it carries the estimate); the others' on it
+    x0 = tr.codec.encode(batch[0])
+    resid = seen["xt"] - (1 - t[:, None, None]) * x0
+    eps_like = resid / t[:, None, None]
+    assert eps_like[:2].std() > 1.1 * eps_like[2:].std()
+    for _ in range(3):
+        assert torch.isfinite(tr.train_step(tr.batch()))
+    val = tr.validate(steps=1)
+    assert {"val_lsd_refine", "val_si_sdr_refine", "val_high_db_refine"} <= set(val)
+
+
+def test_flow_path_targets_the_clean_latents_from_any_start():
+    from restore.training.trainer import flow_path
+
+    g = torch.Generator().manual_seed(0)
+    x0, est, eps = (torch.randn(3, 5, 4, generator=g) for _ in range(3))
+    t = torch.tensor([0.25, 0.5, 0.9])
+    xt, v = flow_path(x0, est, eps, t)
+    assert torch.allclose(xt - t[:, None, None] * v, x0, atol=1e-5)
+    xt, v = flow_path(x0, x0, eps, t)
+    assert torch.allclose(v, eps - x0) and torch.allclose(xt, (1 - t[:, None, None]) * x0 + t[:, None, None] * eps)

@@ -48,6 +48,7 @@ class BatchSpec:
     floor_db: float = 0.0
     seed: int = 0
     degrade: DegradeConfig = field(default_factory=DegradeConfig)
+    speeds: tuple = (1.0,)      # speech speed factors (data.TrainingData)
 
 
 Batch = tuple  # (clean, degraded, use_cond, ids, mask, frame_mask)
@@ -61,9 +62,9 @@ class BatchMaker:
         self.spec = spec
         self.device = torch.device(spec.device)
         self.data = TrainingData(spec.data_dir, self.device, spec.window, spec.sample_rate, seed=spec.seed,
-                                 floor_db=spec.floor_db)
+                                 floor_db=spec.floor_db, speeds=tuple(spec.speeds))
         self.degrader = Degrader(spec.degrade, self.data.noises, self.data.rirs, self.data.noise_names,
-                                 self.data.rir_names)
+                                 self.data.rir_names, talkers=self.data.speech)
         self.gen = random.Random(spec.seed + 1)  # degradation parameters and dropout, drawn on the host
 
     def state(self) -> dict:

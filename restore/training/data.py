@@ -73,12 +73,25 @@ class TrainingData:
     window of a file does at inference."""
 
     def __init__(self, folder: str | Path, device, window: int, sample_rate: int = 16000,
-                 p_short: float = 0.25, max_gap_s: float = 0.4, seed: int = 0, floor_db: float = 0.0):
+                 p_short: float = 0.25, max_gap_s: float = 0.4, seed: int = 0, floor_db: float = 0.0,
+                 speeds: tuple[float, ...] = (1.0,)):
+        """`speeds`: the speech is also held played faster or slower by these factors (1.0: as
+        recorded), every version drawn as often: more voices and speaking rates from the same minutes."""
         folder = Path(folder)
         self.device, self.window, self.sr = device, window, sample_rate
         self.p_short, self.max_gap = p_short, int(max_gap_s * sample_rate)
-        self.speech, index = _load_bank(folder, "speech", device)
-        self.clips = [Clip(e["start"], e["length"], e.get("text", ""), e["speaker"]) for e in index]
+        speech, index = _load_bank(folder, "speech", device)
+        clips = [Clip(e["start"], e["length"], e.get("text", ""), e["speaker"]) for e in index]
+        if not speeds or any(not 0.5 <= r <= 2.0 for r in speeds):
+            raise ValueError(f"speeds must be factors between 0.5 and 2, got {speeds}")
+        banks, self.clips, base = [], [], 0
+        for r in speeds:
+            bank, placed = (speech, clips) if r == 1.0 else change_speed(speech, clips, r)
+            banks.append(bank)
+            self.clips += [Clip(base + c.start, c.length, c.text, c.speaker if r == 1.0 else f"{c.speaker}@{r:g}")
+                           for c in placed]
+            base += len(bank)
+        self.speech = banks[0] if len(banks) == 1 else torch.cat(banks)
         # the targets: the same speech with each utterance's own steady floor lowered (floor.py); the
         # degraded inputs are still made from the recordings as they are
         self.target = self.speech
@@ -160,6 +173,23 @@ class WindowPlan:
     gain_db: list[float]                     # per row, before the peak limit
     texts: list[str | None]
     ends: list[int]                          # per row, samples before the zero tail
+
+
+def change_speed(bank: torch.Tensor, clips: list[Clip], factor: float) -> tuple[torch.Tensor, list[Clip]]:
+    """Every clip of an int16 bank played `factor` times faster (pitch and tempo together, as a tape
+    would), band-limited: resampled through its spectrum, whatever was above the new Nyquist dropped.
+    Returns the new bank and its clips (same order, texts and speakers)."""
+    out, placed, pos = [], [], 0
+    for c in clips:
+        x = bank[c.start : c.start + c.length].float()
+        n = max(1, int(round(c.length / factor)))
+        spec = torch.fft.rfft(x)
+        keep = min(spec.shape[-1], n // 2 + 1)
+        y = torch.fft.irfft(spec[:keep], n=n) * (n / c.length)
+        out.append(y.round().clamp(-32768, 32767).to(torch.int16))
+        placed.append(Clip(pos, n, c.text, c.speaker))
+        pos += n
+    return torch.cat(out), placed
 
 
 def load_validation(folder: str | Path, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,6 +48,10 @@ class DegradeConfig(BaseConfig):
     p_noise: float = 0.75
     snr_db: tuple = (-5.0, 30.0)
     p_synthetic_noise: float = 0.25     # coloured noise instead of a recording
+    p_babble: float = 0.0               # babble instead of a recording: 3-8 talkers from the training speech
+    p_noise_pair: float = 0.0           # a second recording under the first (0 to 10 dB below it)
+    p_noise_colour: float = 0.0         # the noise re-coloured by a random smooth curve (as eq does speech)
+    p_noise_bursts: float = 0.0         # the noise's level moved every 0.25 s (0 to -20 dB): it comes and goes
     p_hum: float = 0.12
     hum_snr_db: tuple = (0.0, 30.0)
     p_clip: float = 0.15
@@ -135,8 +139,12 @@ class Degrader:
 
     def __init__(self, config: DegradeConfig | None = None, noises: Sequence[torch.Tensor] = (),
                  rirs: Sequence[torch.Tensor] = (), noise_names: Sequence[str] | None = None,
-                 rir_names: Sequence[str] | None = None):
+                 rir_names: Sequence[str] | None = None, talkers: torch.Tensor | None = None):
+        """`talkers`: a 1-D bank of speech (int16 or float, at the config's rate) that babble is cut from."""
         self.config = config or DegradeConfig()
+        self.talkers = talkers
+        if self.config.p_babble > 0 and (talkers is None or len(talkers) == 0):
+            raise ValueError("p_babble needs a bank of talkers' speech")
         self.noise_names = list(noise_names or [f"noise{i}" for i in range(len(noises))])
         self.rir_names = list(rir_names or [f"rir{i}" for i in range(len(rirs))])
         self.noise_lengths = [int(n.shape[0]) for n in noises]
@@ -146,6 +154,7 @@ class Degrader:
 
     def to(self, device) -> "Degrader":
         self.noise_bank = self.noise_bank.to(device)
+        self.talkers = self.talkers.to(device) if self.talkers is not None else None
         self.rirs = self.rirs.to(device) if self.rirs is not None else None
         return self
 
@@ -205,7 +214,13 @@ class Degrader:
                           "peaks_hz_db": [[round(50 * 2**ctr), g] for ctr, _, g in peaks], "_peaks": peaks}
         if on("noise", c.p_noise):
             snr = d.uniform(*c.snr_db)
-            if not self.noise_lengths or d.chance(c.p_synthetic_noise):
+            # the variations below draw nothing while their probability is 0, so test sets made before
+            # they existed stay as they were
+            if c.p_babble > 0 and d.chance(c.p_babble):
+                talkers = [(d.integer(0, len(self.talkers) - n - 1), d.uniform(-6.0, 0.0))
+                           for _ in range(d.integer(3, 8))]
+                plan["noise"] = {"snr_db": snr, "source": f"babble({len(talkers)})", "_talkers": talkers}
+            elif not self.noise_lengths or d.chance(c.p_synthetic_noise):
                 slope = d.uniform(-1.0, 1.0)  # spectral slope: -1 brown-ish .. 0 white .. 1 blue-ish
                 plan["noise"] = {"snr_db": snr, "source": f"synthetic(slope={slope:.2f})", "_slope": slope,
                                  "_seed": d.seed()}
@@ -213,6 +228,17 @@ class Degrader:
                 i = d.integer(0, len(self.noise_lengths) - 1)
                 plan["noise"] = {"snr_db": snr, "source": self.noise_names[i], "_index": i,
                                  "_start": d.integer(0, self.noise_lengths[i] - 1)}
+            noise = plan["noise"]
+            if c.p_noise_pair > 0 and self.noise_lengths and d.chance(c.p_noise_pair):
+                j = d.integer(0, len(self.noise_lengths) - 1)
+                noise.update(pair=self.noise_names[j], pair_db=d.uniform(-10.0, 0.0), _pair=j,
+                             _pair_start=d.integer(0, self.noise_lengths[j] - 1))
+            if c.p_noise_colour > 0 and d.chance(c.p_noise_colour):
+                peaks = [(d.uniform(1.0, 7.3), d.uniform(0.3, 1.5), d.uniform(-12.0, 12.0)) for _ in range(3)]
+                noise.update(colour_tilt=d.uniform(-3.0, 3.0), _colour=peaks)
+            if c.p_noise_bursts > 0 and d.chance(c.p_noise_bursts):
+                noise.update(bursts=True, _envelope=[d.uniform(-20.0, 0.0) if d.chance(0.5) else 0.0
+                                                     for _ in range(n // (sr // 4) + 2)])
         if on("hum", c.p_hum):
             f0 = 50.0 if d.chance(0.5) else 60.0
             snr = d.uniform(*c.hum_snr_db)
@@ -293,16 +319,29 @@ class Degrader:
     def _eq(self, x, params):
         """Microphone colouring: a smooth random gain curve over log-frequency (a tilt plus three
         peaks or dips), applied zero-phase."""
+        return self._colour(x, [p["tilt_db_per_octave"] for p in params], [p["_peaks"] for p in params])
+
+    def _colour(self, x, tilts: list[float], peak_lists: list) -> torch.Tensor:
+        """Rows x (S, N) through smooth gain curves over log-frequency: a tilt (dB per octave) plus
+        peaks or dips (centre in octaves above 50 Hz, width in octaves, gain in dB), zero-phase."""
         sr = self.config.sample_rate
         grid = torch.linspace(0, 1, 257, device=x.device)
         logf = torch.log2(grid.clamp_min(1 / 256) * sr / 2 / 50)  # octaves above 50 Hz
-        tilt = to_device([p["tilt_db_per_octave"] for p in params], x.device)[:, None]
-        peaks = to_device([p["_peaks"] for p in params], x.device)  # (S, 3, centre / width / gain)
+        tilt = to_device(tilts, x.device)[:, None]
+        peaks = to_device(peak_lists, x.device)  # (S, 3, centre / width / gain)
         db = tilt * (logf - logf.mean())
         for j in range(peaks.shape[1]):
             center, width, gain = (peaks[:, j, m, None] for m in range(3))
             db = db + gain * torch.exp(-0.5 * ((logf - center) / width) ** 2)
         return _filter(x, 10 ** (db / 20))
+
+    def _recordings(self, index: list[int], start: list[int], n: int, device) -> torch.Tensor:
+        """(len(rows), n): noise recordings `index`, each looped from its `start`."""
+        lengths = to_device([self.noise_lengths[i] for i in index], device)
+        offsets = to_device([self.noise_offsets[i] for i in index], device)
+        starts = to_device(start, device)
+        pos = (starts[:, None] + torch.arange(n, device=device)[None]) % lengths[:, None] + offsets[:, None]
+        return self.noise_bank[pos]
 
     def _noise(self, x, params):
         s, n = x.shape
@@ -310,11 +349,36 @@ class Degrader:
         noise = torch.zeros_like(x)
         rec = [i for i, p in enumerate(params) if "_index" in p]
         if rec:
-            lengths = to_device([self.noise_lengths[params[i]["_index"]] for i in rec], x.device)
-            offsets = to_device([self.noise_offsets[params[i]["_index"]] for i in rec], x.device)
-            starts = to_device([params[i]["_start"] for i in rec], x.device)
-            pos = (starts[:, None] + torch.arange(n, device=x.device)[None]) % lengths[:, None] + offsets[:, None]
-            noise[to_device(rec, x.device)] = self.noise_bank[pos]  # each recording looped from a random start
+            noise[to_device(rec, x.device)] = self._recordings(
+                [params[i]["_index"] for i in rec], [params[i]["_start"] for i in rec], n, x.device)
+        bab = [i for i, p in enumerate(params) if "_talkers" in p]
+        if bab:
+            talkers = [(row, start, 10 ** (g / 20)) for row, i in enumerate(bab) for start, g in params[i]["_talkers"]]
+            starts = to_device([t[1] for t in talkers], x.device)
+            pieces = self.talkers[starts[:, None] + torch.arange(n, device=x.device)[None]].float()
+            pieces = pieces / pieces.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-6)  # each talker at unit level
+            mix = torch.zeros(len(bab), n, device=x.device)
+            mix.index_add_(0, to_device([t[0] for t in talkers], x.device),
+                           pieces * to_device([t[2] for t in talkers], x.device)[:, None])
+            noise[to_device(bab, x.device)] = mix
+        pair = [i for i, p in enumerate(params) if "_pair" in p]
+        if pair:
+            second = self._recordings([params[i]["_pair"] for i in pair],
+                                      [params[i]["_pair_start"] for i in pair], n, x.device)
+            first = noise[to_device(pair, x.device)]
+            db = to_device([params[i]["pair_db"] for i in pair], x.device)
+            noise[to_device(pair, x.device)] = first + _scale_to_snr(first, second, -db)
+        col = [i for i, p in enumerate(params) if "_colour" in p]
+        if col:
+            rows = to_device(col, x.device)
+            noise[rows] = self._colour(noise[rows], [params[i]["colour_tilt"] for i in col],
+                                       [params[i]["_colour"] for i in col])
+        env = [i for i, p in enumerate(params) if "_envelope" in p]
+        if env:
+            db = to_device([params[i]["_envelope"] for i in env], x.device)  # (S, knots) every 0.25 s
+            gain = F.interpolate((10 ** (db / 20))[:, None], size=db.shape[-1] * (sr // 4), mode="linear",
+                                 align_corners=False)[:, 0, :n]
+            noise[to_device(env, x.device)] = noise[to_device(env, x.device)] * gain
         syn = [i for i, p in enumerate(params) if "_slope" in p]
         if syn:
             spec = torch.fft.rfft(_randn((len(syn), n), [params[i]["_seed"] for i in syn], x.device))

@@ -55,6 +55,11 @@ class TrainConfig(BaseConfig):
                                 # the flow loss (mel.py); 0: off. The logged `loss` stays the flow loss alone
     mel_floor_db: float = 40.0  # the term's floor, this far under each window's mean clean band energy: band
                                 # energies below it count as equal (raised, quiet frames count less)
+    p_own_estimate: float = 0.0  # share of each batch whose path starts from the EMA model's own one-step
+                                # estimate instead of the clean latents, at a flow time in own_t: the later
+                                # steps of a sampler that refines that estimate see exactly such inputs
+    own_t: tuple = (0.1, 0.7)
+    speeds: tuple = (1.0,)      # speech speed factors the windows are drawn from (data.TrainingData)
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
     decay: float = 0.25         # the last share of each run's minutes, where lr falls linearly to 0
@@ -96,7 +101,7 @@ class Trainer:
             data_dir=str(data_dir), device=str(self.device), window=self.window,
             sample_rate=codec_cfg.sample_rate, hop=self.codec.hop, max_tokens=model_cfg.text.max_tokens,
             batch=cfg.batch, p_uncond=cfg.p_uncond, p_drop_text=cfg.p_drop_text, pad_text=cfg.compile,
-            floor_db=cfg.target_floor_db, seed=seed, degrade=degrade_cfg))
+            floor_db=cfg.target_floor_db, seed=seed, degrade=degrade_cfg, speeds=tuple(cfg.speeds)))
         self.data = self.maker.data
         self.batch_state = self.maker.state()  # the maker's state after the last batch trained on
         self.val_clean, self.val_degraded = load_validation(data_dir, self.device)
@@ -208,10 +213,19 @@ class Trainer:
         with torch.no_grad():
             x0 = self.codec.encode(clean)
             obs = self.codec.encode(degraded)
-        t = self.draw_t(x0.shape[0])
+        b = x0.shape[0]
+        t = self.draw_t(b)
         eps = torch.randn(x0.shape, device=self.device, generator=self.dgen)
-        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
-        target = eps - x0
+        start = x0
+        own = int(round(cfg.p_own_estimate * b))  # a fixed count keeps the step's shapes static
+        if own:
+            # rows are in random order, so the first `own` rows are a random share of the batch
+            est = self.own_estimate(degraded[:own], obs[:own], use_cond[:own], ids[:own], mask[:own])
+            lo, hi = cfg.own_t
+            t_own = lo + (hi - lo) * torch.rand(own, device=self.device, generator=self.dgen)
+            t = torch.cat([t_own, t[own:]])
+            start = torch.cat([est, x0[own:]])
+        xt, target = flow_path(x0, start, eps, t)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
         if self.model.skip is not None:
@@ -237,6 +251,18 @@ class Trainer:
         with torch.no_grad():
             torch._foreach_lerp_(self.ema_params, self.model_params, 1 - d)
         return loss.detach()
+
+    @torch.no_grad()
+    def own_estimate(self, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
+        """The EMA model's one-step estimate of the clean latents (from pure noise at t = 1), (B, T, D)."""
+        b = obs.shape[0]
+        eps = torch.randn(obs.shape, device=self.device, generator=self.dgen)
+        one = torch.ones(b, device=self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
+            v = self.ema(eps, one, degraded, obs, use_cond, ids, mask)
+        if self.ema.skip is not None:
+            v = self.ema.skip.velocity(v, eps, one, obs, use_cond)
+        return eps - v.float()
 
     # ---- validation ----
     @torch.no_grad()
@@ -273,12 +299,19 @@ class Trainer:
             ts = timesteps(steps, 1.0).tolist()
             for i in range(steps):
                 x = rf_step(x, vel(x, ts[i]), ts[i], ts[i + 1])
-        out, out1 = self.codec.decode(x), self.codec.decode(one)
+            # refining the one-step estimate: re-noised to t = 0.5, then four Euler steps to 0
+            r = 0.5 * one + 0.5 * torch.randn(x0.shape, device=self.device, generator=g)
+            rs = [0.5, 0.375, 0.25, 0.125, 0.0]
+            for i in range(4):
+                r = rf_step(r, vel(r, rs[i]), rs[i], rs[i + 1])
+        out, out1, outr = self.codec.decode(x), self.codec.decode(one), self.codec.decode(r)
         rate = self.codec.config.sample_rate
         return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
                 "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean),
                 "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate),
-                "val_mel_1step": mel_1step, "input_mel": mel_input}
+                "val_mel_1step": mel_1step, "input_mel": mel_input,
+                "val_lsd_refine": lsd(outr, clean), "val_si_sdr_refine": si_sdr(outr, clean),
+                "val_si_sdr_1step": si_sdr(out1, clean), "val_high_db_refine": band_level(outr, clean, rate)}
 
     def batches(self):
         """Batches from the configured producer; each one moves the state a checkpoint restarts from."""
@@ -349,6 +382,15 @@ class Trainer:
             if clock - last_ckpt > cfg.ckpt_minutes * 60:
                 self.save_checkpoint()
                 last_ckpt = clock
+
+
+def flow_path(x0: torch.Tensor, start: torch.Tensor, eps: torch.Tensor, t: torch.Tensor):
+    """The point x_t (B, T, D) on the straight path from `start` to the noise at flow time t (B,), and the
+    velocity target whose clean estimate x_t - t v is x0: eps - x0 where the path starts from the clean
+    latents, plus the share of the start's error that x_t carries where it starts from an estimate."""
+    tt = t[:, None, None]
+    xt = (1 - tt) * start + tt * eps
+    return xt, eps - x0 + (1 - tt) / tt.clamp_min(1e-3) * (start - x0)
 
 
 def lr_scale(elapsed: float, budget: float, decay: float) -> float:
