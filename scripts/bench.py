@@ -45,7 +45,7 @@ def child(cfg: dict) -> dict:
     import torch
 
     from restore.config import SamplerConfig
-    from restore.engines.base import resolve_plan
+    from restore.engines.plan import resolve_plan
     from restore.pipeline.restorer import Restorer
 
     torch.set_num_threads(cfg["threads"]) if cfg.get("threads") else None

@@ -13,11 +13,11 @@ mx = pytest.importorskip("mlx.core")
 from restore import weights  # noqa: E402
 from restore.codec import build_codec  # noqa: E402
 from restore.config import WindowConfig  # noqa: E402
-from restore.engines import base  # noqa: E402
-from restore.engines.base import Plan, build_engine, resolve_plan  # noqa: E402
-from restore.engines.mlx_engine import MLXEngine, SplitSwiGLU  # noqa: E402
+from restore.engines import plan as plan_mod  # noqa: E402
+from restore.engines.factory import build_engine  # noqa: E402
+from restore.engines.mlx_branches import MLXBranches, SplitSwiGLU  # noqa: E402
+from restore.engines.plan import Plan, resolve_plan  # noqa: E402
 from restore.engines.mlx_model import SwiGLU, conv_weight_names, load  # noqa: E402
-from restore.engines.torch_engine import TorchEngine  # noqa: E402
 from restore.pipeline.restorer import Restorer  # noqa: E402
 
 T = 40
@@ -46,15 +46,14 @@ def window(model_dir):
     model, codec = weights.build_model(files), build_codec(files.codec)
     wave = torch.randn(1, N, generator=torch.Generator().manual_seed(1)) * 0.05
     obs = codec.encode(wave)
-    ref = TorchEngine(model, codec, Plan("cpu", "cpu", torch.float32))
+    ref = build_engine(Plan("cpu", "cpu", torch.float32), model, codec)
     ref.begin_window(wave, obs, ["a few words"])
     x = torch.randn(1, T, codec.latent_dim, generator=torch.Generator().manual_seed(2))
     return model, codec, wave, obs, x, ref.velocities(x, 0.7, True), ref.velocities(x, 0.3, False)
 
 
 def mlx_engine(model_dir, model, codec, dtype=torch.float32, share=0.3, compile=False):
-    return MLXEngine(model, codec, Plan("apple", "cpu", dtype, mlp_share=share, engine="mlx"),
-                     model_dir=model_dir, compile=compile)
+    return MLXBranches(Plan("apple", "cpu", dtype, mlp_share=share, engine="mlx"), model_dir, compile=compile)
 
 
 def test_weights_load_under_the_reference_names(model_dir):
@@ -116,12 +115,12 @@ def test_split_copies_own_their_memory(model_dir, window):
 
 
 def test_auto_plan_is_apple_on_apple_silicon(monkeypatch):
-    monkeypatch.setattr(base.platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(base.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(plan_mod.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(plan_mod.platform, "machine", lambda: "arm64")
     plan = resolve_plan("auto", worker_backend="torch")
     assert plan.name == "apple" and plan.engine == "mlx" and plan.worker and plan.split
     assert resolve_plan("auto", "cpu").name == "cpu"  # a named device keeps its plan
-    monkeypatch.setattr(base.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(plan_mod.platform, "machine", lambda: "x86_64")
     assert resolve_plan("auto").name == "cpu"
 
 

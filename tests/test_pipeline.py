@@ -8,7 +8,9 @@ import torch
 from tests.conftest import speechlike
 from restore import audio, weights
 from restore.config import WindowConfig
-from restore.engines.base import replace, resolve_plan
+from dataclasses import replace
+
+from restore.engines.plan import resolve_plan
 from restore.errors import UsageError
 from restore.pipeline.restorer import Restorer
 

@@ -16,7 +16,8 @@ import torch
 from .. import weights
 from ..codec import build_codec
 from ..config import SamplerConfig, WindowConfig
-from ..engines.base import Plan, build_engine, resolve_plan
+from ..engines.factory import build_engine
+from ..engines.plan import Plan, resolve_plan
 from ..engines.trace import Tracer
 from ..sampling import guided_steps
 from ..errors import InputError, RestoreError, UsageError

@@ -1,66 +1,43 @@
-"""The PyTorch engine: all branches of a guided step batched into one forward pass (plans `cpu` and
-`cuda`); unguided steps run the sot rows alone. Codec work runs at once on the same device."""
+"""The guidance branches in torch. Plans `cpu` and `cuda` batch every branch of a guided step into one
+forward pass (or, where batching does not pay, run one after another); unguided steps run the sot rows
+alone. Plan `split` splits each MLP with a second engine (restore/engines/split.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .. import text as text_mod
 from ..model.dit import DiT
-from .base import Plan
+from .plan import Plan
+from .split import SHARES, SecondEngine, split_model, sweep
 from .trace import Tracer
 
 
-class Done:
-    """A codec job that already ran: its result is at hand."""
-
-    def __init__(self, value: torch.Tensor):
-        self.value = value
-
-
-class TorchEngine:
-    def __init__(self, model: DiT, codec, plan: Plan, tracer: Tracer | None = None, batch_branches: bool = True,
-                 compile: str | None = None):
-        self.model, self.codec, self.plan = model, codec, plan
-        # Static window shapes: a compiled forward (and its CUDA graphs) is built once per row count.
-        self.forward = torch.compile(model.velocity, mode=compile, dynamic=False) if compile else model.velocity
-        self.copy_out = compile is not None  # CUDA-graph outputs are overwritten by the next replay
-        self.batch_branches = batch_branches  # False: one forward per branch (the baseline batching beats)
+class TorchBranches:
+    def __init__(self, model: DiT, plan: Plan, tracer: Tracer | None = None):
+        self.model, self.plan = model, plan
         self.device = torch.device(plan.device)
         self.tracer = tracer or Tracer(enabled=False)
+        # Static window shapes: a compiled forward (and its CUDA graphs) is built once per row count.
+        compile = plan.compile
+        self.forward = torch.compile(model.velocity, mode=compile, dynamic=False) if compile else model.velocity
+        self.copy_out = compile is not None  # CUDA-graph outputs are overwritten by the next replay
         self.ctx = self.ctx_sot = None
         self.rows = 0
         self.warnings: list[str] = []
+        self.second = SecondEngine("cpu", self.tracer) if plan.split else None
+        self.share = plan.mlp_share if plan.split else None
+        self.swept: dict[float, float] = {}
+        if self.second is not None and self.share is not None:
+            split_model(model, self.share, plan.device, plan.dtype, self.second)
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=self.plan.dtype, enabled=self.plan.dtype != torch.float32)
 
-    # ---- codec: handles, so that plans with a worker can run it in idle time ----
-    @torch.inference_mode()
-    def encode_async(self, wave: torch.Tensor, urgent: bool = False):
-        """wave (rows, N) -> a handle for its latents (rows, T, D)."""
-        with self.tracer.span("encode", "main"):
-            return Done(self.codec.encode(wave.to(self.device)))
-
-    @torch.inference_mode()
-    def decode_async(self, latents: torch.Tensor):
-        """latents (rows, T, D) -> a handle for the audio (rows, N)."""
-        with self.tracer.span("decode", "main"):
-            return Done(self.codec.decode(latents.to(self.device)))
-
-    def result(self, handle) -> torch.Tensor:
-        return handle.value
-
-    def idle(self) -> None:
-        """The main process declares the second engine idle (nothing to do for an engine of one)."""
-
-    def close(self) -> None:
-        pass
-
     def _out(self, v: torch.Tensor) -> torch.Tensor:
         return v.to(torch.float32, copy=self.copy_out)
 
-    # ---- branches ----
     @torch.inference_mode()
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
         """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row."""
@@ -69,13 +46,36 @@ class TorchEngine:
             self.ctx = self.model.branch_context(degraded.to(self.device), obs.to(self.device), ids, mask)
         self.rows = obs.shape[0]
         self.ctx_sot = self.ctx.rows(slice(2 * self.rows, 3 * self.rows))
+        if self.second is not None and self.share is None:
+            self._sweep(obs.shape)
+
+    def _sweep(self, shape: torch.Size) -> None:
+        """On the first window: the share at which both engines finish a sot forward pass together."""
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(self.device)
+        tt = torch.full((self.rows,), 0.5, device=self.device)
+        originals = [blk.mlp for blk in self.model.blocks]
+
+        def forward():
+            with self._autocast():
+                self.model.velocity(x, tt, self.ctx_sot)
+
+        def resplit(share):
+            split_model(self.model, share, self.plan.device, self.plan.dtype, self.second, originals)
+
+        cuda = self.device.type == "cuda"
+        sync = (lambda: torch.cuda.synchronize(self.device)) if cuda else (lambda: None)
+        self.share, self.swept = sweep(resplit, forward, SHARES["cuda" if cuda else "cpu"], sync=sync)
+        del originals  # the unsplit weights go with the last reference
+
+    def so_conditions(self) -> np.ndarray:
+        return self.ctx.cond_h[self.rows : 2 * self.rows].float().cpu().numpy()
 
     @torch.inference_mode()
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones."""
         x = x.to(self.device)
         with self._autocast():
-            if guided and not self.batch_branches:
+            if guided and not self.plan.batch_branches:
                 tt = torch.full((self.rows,), t, device=self.device)
                 out = []
                 for i, name in enumerate(("u", "so", "sot")):
@@ -91,3 +91,7 @@ class TorchEngine:
             with self.tracer.span("sot", "main"):
                 tt = torch.full((self.rows,), t, device=self.device)
                 return (self._out(self.forward(x, tt, self.ctx_sot)),)
+
+    def close(self) -> None:
+        if self.second is not None:
+            self.second.close()

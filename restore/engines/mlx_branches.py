@@ -1,19 +1,21 @@
-"""The MLX engine: the DiT on the GPU stream with each MLP split along its intermediate dimension between
-the GPU (compute dtype, bf16) and a CPU stream (fp32); MLX evaluates the two streams concurrently and
-the partial down projections are summed on the GPU stream. Same interface as TorchEngine.
+"""The guidance branches in MLX: the DiT on the GPU stream with each MLP split along its intermediate
+dimension between the GPU (compute dtype, bf16) and a CPU stream (fp32); MLX evaluates the two streams
+concurrently and the partial down projections are summed on the GPU stream. The split follows the rule,
+shares and sweep of restore/engines/split.py.
 
 On a Mac, main = GPU stream, second = CPU stream. Where MLX has no GPU (Linux with mlx[cpu]) both streams
 are CPU streams, so the very same graph, split included, runs in CI for the parity tests.
 
-Memory hygiene (seed 001): the unsplit MLP weights are dropped once split copies exist; MLX's cache of
-freed buffers is bounded; on macOS the weights are wired so the memory compressor leaves them alone.
+Memory: unified memory removes copies between engines, not inside a program, so the unsplit MLP
+weights are dropped once split copies exist, MLX's cache of freed buffers is bounded, and on macOS the
+weights are wired so that the memory compressor leaves them alone.
 """
 
 from __future__ import annotations
 
 import platform
-import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,14 +23,12 @@ import numpy as np
 import torch
 
 from .. import text as text_mod
-from .base import Plan
 from .mlx_model import SwiGLU, linear, load
-from .torch_engine import TorchEngine
+from .plan import Plan
+from .split import SHARES, split_point, sweep
 from .trace import Tracer
 
-SWEEP_SHARES_GPU = (0.0, 0.1, 0.2, 0.3, 0.4)  # the seed's best CPU share on an M4 Pro was 0.3
-SWEEP_SHARES_CPU = (0.0, 0.25, 0.5)
-CACHE_LIMIT = 1 << 30  # bytes of freed buffers MLX may keep; unbounded it grew to most of RAM (seed 003)
+CACHE_LIMIT = 1 << 30  # bytes of freed buffers MLX may keep; unbounded, the cache grew to most of the RAM
 DTYPES = {torch.float32: mx.float32, torch.bfloat16: mx.bfloat16, torch.float16: mx.float16}
 
 
@@ -47,13 +47,13 @@ def _swiglu(x, gate, up, down):
 
 
 class SplitSwiGLU(nn.Module):
-    """Intermediate columns [0, k) on the main stream in `dtype`, [k, I) on the second stream in fp32.
-    Names follow restore.engines.split_mlp.SplitSwiGLU (gate_m ... down_s)."""
+    """Intermediate columns [0, k) on the main stream in `dtype`, [k, I) on the second stream in fp32;
+    the MLX kernel of restore.engines.split.SplitSwiGLU (same rule, same names gate_m ... down_s)."""
 
     def __init__(self, mlp: SwiGLU, share: float, dtype, main: mx.Stream, second: mx.Stream):
         super().__init__()
         inter = mlp.gate_proj.weight.shape[0]
-        k = inter - int(round(share * inter))
+        k = split_point(inter, share)
         self.share, self.dtype = (inter - k) / inter, dtype
         self._streams = (main, second)
         g, u, d = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
@@ -82,15 +82,14 @@ class WindowState:
     rows: int
 
 
-class MLXEngine(TorchEngine):
-    """Branches in MLX; codec work stays in torch on the CPU (TorchEngine's), where plans with a worker
-    replace it anyway."""
+class MLXBranches:
+    """All three branches in MLX, from the weights in the model folder (no torch copy of the network)."""
 
-    def __init__(self, model, codec, plan: Plan, tracer: Tracer | None = None, *, model_dir=None,
+    def __init__(self, plan: Plan, model_dir: str | Path, tracer: Tracer | None = None, *,
                  compile: bool | None = None, cache_limit: int = CACHE_LIMIT):
-        super().__init__(model, codec, plan, tracer)
-        if model_dir is None:
-            raise ValueError("the MLX engine loads its weights from the model folder: pass model_dir")
+        self.plan = plan
+        self.tracer = tracer or Tracer(enabled=False)
+        self.warnings: list[str] = []
         gpu = gpu_available()
         self.main = mx.new_stream(mx.gpu if gpu else mx.cpu)
         self.second = mx.new_stream(mx.cpu)
@@ -113,6 +112,7 @@ class MLXEngine(TorchEngine):
                            for blk in self.mlx.blocks]
         self._wire(gpu)
         self.state: WindowState | None = None
+        self.rows = 0
 
     # ---- weights and memory ----
     def _cast_trunk(self) -> None:
@@ -147,24 +147,15 @@ class MLXEngine(TorchEngine):
         except (RuntimeError, ValueError) as e:  # e.g. above the system's limit (sysctl iogpu.wired_limit_mb)
             self.warnings.append(f"could not wire MLX's memory ({e}); the memory compressor may stall a step")
 
-    def sweep(self, shares=None, repeats: int = 2) -> tuple[float, dict[float, float]]:
-        """Time one sot forward pass at each share on the current window; keep the fastest split."""
-        shares = shares or (SWEEP_SHARES_GPU if gpu_available() else SWEEP_SHARES_CPU)
+    def _sweep(self) -> None:
+        """On the first window: the share at which both streams finish a sot forward pass together."""
         originals = [blk.mlp for blk in self.mlx.blocks]
-        b = self.state.rows
-        x = mx.random.normal(self.state.cond_h[:b].shape[:2] + (self.codec.latent_dim,), key=mx.random.key(0))
-        for share in shares:
-            self.split(share, originals)
-            mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))  # warm-up (and compile)
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))
-                best = min(best, time.perf_counter() - t0)
-            self.swept[share] = best
-        self.split(min(self.swept, key=self.swept.get), originals)
+        b = self.rows
+        x = mx.random.normal(self.state.cond_h[:b].shape[:2] + (self.mlx.codec.latent_dim,), key=mx.random.key(0))
+        forward = lambda: mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))  # noqa: E731
+        self.share, self.swept = sweep(lambda share: self.split(share, originals), forward,
+                                       SHARES["gpu" if gpu_available() else "cpu"])
         del originals  # the unsplit fp32 weights go with the last reference
-        return self.share, self.swept
 
     def close(self) -> None:
         mx.clear_cache()
@@ -186,7 +177,11 @@ class MLXEngine(TorchEngine):
             mx.eval(self.state.cond_h, kv)
         self.rows = obs.shape[0]
         if self.share is None:
-            self.sweep()
+            self._sweep()
+
+    def so_conditions(self) -> np.ndarray:
+        b = self.rows
+        return np.array(self.state.cond_h[b : 2 * b].astype(mx.float32), copy=True)
 
     def _forward(self, x: mx.array, t: float, cond_h: mx.array, free: int) -> mx.array:
         """x (R, T, D), cond_h (R, T, C); rows [0, free) text-free, the rest the sot rows -> (R, T, D)."""
@@ -200,7 +195,7 @@ class MLXEngine(TorchEngine):
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones (fp32 torch)."""
-        b = self.state.rows
+        b = self.rows
         xm = mx.array(x.float().cpu().numpy())
         name = "u+so+sot" if guided else "sot"
         with self.tracer.span(name, "main"):

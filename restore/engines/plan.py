@@ -7,8 +7,9 @@
 | split  | main device, MLPs split with the CPU  | chunk worker process (torch) | worker, declared idle    |
 | apple  | MLX GPU, MLPs split with the CPU      | Core ML worker (Neural Eng.) | worker, declared idle    |
 
-A plan is data; `build_engine` turns it into an engine. Every plan gives the same audio for the same
-seed, within the tolerance of its arithmetic (tests/test_engines.py).
+A plan is data, chosen per machine and request; `restore.engines.factory.build_engine` turns it into an
+engine. Every plan gives the same audio for the same seed, within the tolerance of its arithmetic
+(tests/test_engines.py, tests/test_mlx.py). This module imports no engine.
 """
 
 from __future__ import annotations
@@ -119,29 +120,9 @@ def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: st
         return Plan("split", device, dtype, worker=True, split=True, mlp_share=mlp_share)
     if device != "cpu":
         raise ValueError(f"plan 'cpu' runs on the CPU, not {device!r}")
-    # One forward per branch: on a 2-core CPU batching the three branches was no faster (flash 2.23x vs
-    # 2.37x realtime, pro 0.50x both; docs/bench/cpu-2core) and held 126-152 MB more.
+    # One forward per branch: on a 2-core CPU batching the three branches was no faster (flash 2.23x
+    # against 2.37x realtime, pro 0.50x both, on an 8-layer model) and held 126-152 MB more.
     return Plan("cpu", "cpu", torch.float32, batch_branches=False)
 
 
-def build_engine(plan: Plan, model, codec, *, model_dir=None, frames: int = 0, samples: int = 0, tracer=None):
-    """The engine that carries out `plan` for `model`."""
-    from .torch_engine import TorchEngine
-
-    if plan.engine == "mlx":
-        if plan.worker:
-            from .apple_engine import AppleEngine
-            return AppleEngine(model, codec, plan, model_dir, frames, samples, tracer)
-        from .mlx_engine import MLXEngine
-        return MLXEngine(model, codec, plan, tracer, model_dir=model_dir)
-    if plan.worker:
-        from .split_engine import SplitEngine
-        return SplitEngine(model, codec, plan, model_dir, frames, samples, tracer)
-    return TorchEngine(model, codec, plan, tracer, batch_branches=plan.batch_branches, compile=plan.compile)
-
-
-def machine() -> str:
-    return f"{platform.system()} {platform.machine()}"
-
-
-__all__ = ["PLANS", "Plan", "apple_silicon", "build_engine", "machine", "replace", "resolve_plan"]
+__all__ = ["COMPILE_MODES", "PLANS", "Plan", "apple_silicon", "gpu_noise_threads", "resolve_plan"]
