@@ -1,7 +1,8 @@
 """Model files: a folder with `config.json` (carrying a format version) and safetensors shards.
 
-`config.json` may also carry `samplers`: this model's overrides of the pro/flash presets (e.g. a model
-whose one-step estimate beats longer sampling sets {"flash": {"steps": 1}}); --steps still wins.
+`config.json` may also carry `samplers`: this model's overrides of the pro/flash presets and of the
+post-processing (e.g. a model whose one-step estimate beats longer sampling sets {"flash": {"steps": 1}});
+the user's options still win.
 
 Weights are stored under the parameter names of the PyTorch reference; every backend uses the same
 names. Loading is offline and renames nothing.
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, SamplerConfig
+from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, PostConfig, SamplerConfig
 from .errors import InputError
 
 FORMAT_VERSION = 1
@@ -84,7 +85,7 @@ def load(folder: str | Path | None = None) -> ModelFiles:
     for p in shards:
         state.update(load_file(str(p)))
     samplers = config.get("samplers", {})
-    settings = {f.name for f in dataclasses.fields(SamplerConfig)} - {"name"}
+    settings = {f.name for c in (SamplerConfig, PostConfig) for f in dataclasses.fields(c)} - {"name"}
     for name, overrides in samplers.items():
         unknown = sorted(set(overrides) - settings)
         if name not in SAMPLER_PRESETS or unknown:

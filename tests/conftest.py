@@ -24,6 +24,19 @@ def speechlike(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
     return (0.1 * x * envelope + 0.003 * rng.standard_normal(len(t))).astype(np.float32)
 
 
+def tone(seconds: float, sr: int, channels: int = 1) -> np.ndarray:
+    """A band-limited signal (everything under 4 kHz), (frames, channels), each channel different."""
+    t = np.arange(int(round(seconds * sr))) / sr
+    cols = [0.2 * np.sin(2 * np.pi * (300 + 40 * c) * t) + 0.1 * np.sin(2 * np.pi * 1234.5 * t + c)
+            + 0.05 * np.sin(2 * np.pi * 3100 * t) for c in range(channels)]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def leftovers(folder):
+    """Temporary files the atomic writer may have left."""
+    return [p.name for p in folder.iterdir() if p.name.endswith(".part") or p.name.startswith(".")]
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A randomly initialised tiny model folder (for plumbing tests only, never shipped)."""

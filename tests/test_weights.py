@@ -64,20 +64,24 @@ def test_shipped_default_model_loads():
 
 
 def test_model_sampler_presets_apply_under_the_callers_settings(tmp_path, wav):
-    from restore.pipeline.restorer import Restorer, sampler_config
+    from restore.options import RestoreOptions
+    from restore.pipeline.restorer import Restorer
 
     cfg, codec, model = tiny()
-    weights.save(tmp_path / "m", cfg, codec, model.state_dict(), samplers={"flash": {"steps": 1, "churn": 0.1}})
+    weights.save(tmp_path / "m", cfg, codec, model.state_dict(),
+                 samplers={"flash": {"steps": 1, "churn": 0.1, "strength": 0.7}})
     files = weights.load(tmp_path / "m")
-    assert files.samplers == {"flash": {"steps": 1, "churn": 0.1}}
-    flash = sampler_config("flash", model_presets=files.samplers)
+    assert files.samplers == {"flash": {"steps": 1, "churn": 0.1, "strength": 0.7}}
+    sampler = lambda **o: RestoreOptions(**o).resolve(files.samplers)[0]  # noqa: E731
+    flash = sampler(sampler="flash")
     assert (flash.steps, flash.churn, flash.w_so) == (1, 0.1, 1.5)
-    assert sampler_config("flash", steps=3, model_presets=files.samplers).steps == 3  # --steps wins
-    assert sampler_config("pro", model_presets=files.samplers).steps == 32  # other presets untouched
+    assert RestoreOptions(sampler="flash").resolve(files.samplers)[1].strength == 0.7  # post-processing too
+    assert sampler(sampler="flash", steps=3).steps == 3  # --steps wins
+    assert sampler(sampler="pro").steps == 32  # other presets untouched
     # a guidance weight that no step would use is refused, not silently ignored
     with pytest.raises(UsageError, match="no effect"):
-        sampler_config("flash", guidance=2.0, model_presets=files.samplers)
-    assert sampler_config("flash", steps=2, guidance=2.0, model_presets=files.samplers).w_t == 2.0
+        sampler(sampler="flash", guidance=2.0)
+    assert sampler(sampler="flash", steps=2, guidance=2.0).w_t == 2.0
 
     seen = []
     Restorer(tmp_path / "m", plan="cpu").restore_file(wav("in.wav", 1.0), tmp_path / "out.wav", sampler="flash",
