@@ -55,6 +55,18 @@ def test_version_and_mismatch_errors(tmp_path):
         weights.load(tmp_path / "nowhere")
 
 
+def test_the_model_is_found_in_a_documented_order(tmp_path, monkeypatch):
+    monkeypatch.delenv(weights.MODEL_ENV, raising=False)
+    assert weights.find_model() in weights.SHIPPED_MODELS  # installed with the package, or in the checkout
+    monkeypatch.setenv(weights.MODEL_ENV, str(tmp_path / "env"))
+    assert weights.find_model() == tmp_path / "env"
+    assert weights.find_model(tmp_path / "given") == tmp_path / "given"  # --model wins
+    monkeypatch.setattr(weights, "SHIPPED_MODELS", (tmp_path / "none",))
+    monkeypatch.delenv(weights.MODEL_ENV)
+    with pytest.raises(InputError, match="RESTORE_MODEL"):
+        weights.find_model()
+
+
 def test_shipped_default_model_loads():
     files = weights.load()
     assert files.codec.sample_rate == 16000

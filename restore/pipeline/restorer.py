@@ -53,7 +53,7 @@ class Restorer:
             self.plan = plan if isinstance(plan, Plan) else resolve_plan(plan, device, mlp_share, compile=compile)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        self.model_dir = Path(model) if model is not None else weights.DEFAULT_MODEL
+        self.model_dir = weights.find_model(model)
         self.files = weights.load(self.model_dir)
         if self.plan.engine == "mlx":  # MLX loads its own weights: a torch copy would double the memory
             from ..model.dit import DiT
