@@ -7,6 +7,13 @@ import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
+
+def pytest_addoption(parser):
+    parser.addoption("--regen-golden", action="store_true",
+                     help="rewrite tests/golden.json from the shipped model's restoration of the example "
+                          "(after replacing the model; review the diff)")
+
+
 TINY_MODEL = {"width": 64, "layers": 2, "heads": 2, "intermediate": 128, "precondition": "obs_skip",
               "encoder": {"width": 32, "layers": 1, "out_dim": 32},
               "text": {"width": 32, "layers": 1, "heads": 2}}

@@ -138,6 +138,7 @@ def test_split_plan_matches_cpu_plan(model_dir):
         split_eng.close()
 
 
+@pytest.mark.slow
 def test_compiled_cpu_plan_matches_eager(model_dir):
     files = weights.load(model_dir)
     model, codec = weights.build_model(files), build_codec(files.codec)
@@ -160,6 +161,7 @@ def test_compile_is_refused_where_it_does_not_apply(name, mode):
         resolve_plan(name, "cpu", compile=mode)
 
 
+@pytest.mark.slow
 def test_codec_runs_only_in_declared_idle_time(model_dir):
     eng = engine("split", model_dir)
     try:
@@ -180,6 +182,7 @@ def test_codec_runs_only_in_declared_idle_time(model_dir):
         eng.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill", "hang"])
 def test_worker_fault_falls_back_to_the_main_process(model_dir, fault):
     ref_eng = engine("cpu", model_dir)

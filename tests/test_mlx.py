@@ -1,7 +1,7 @@
 """The MLX engine and the apple plan on Linux (mlx[cpu]: no GPU, so both MLP shares run on CPU streams,
 the same graph as a Mac's GPU + CPU split). Tolerances: relative L2 of the velocity against the fp32
 torch reference, 1e-5 in fp32 (measured ~5e-7) and 2e-2 with bf16 GEMMs (measured 3e-5-7e-5 on this tiny
-model; on real weights, README "What is tested where"); audio from the apple plan against the cpu plan, 1e-4."""
+model; on real weights, docs/apple.md); audio from the apple plan against the cpu plan, 1e-4."""
 
 import numpy as np
 import pytest
@@ -71,7 +71,7 @@ def test_weights_load_under_the_reference_names(model_dir):
         assert np.array_equal(np.array(params[name]), want.numpy()), name
 
 
-@pytest.mark.parametrize("share,compile", [(0.0, False), (0.3, True)])
+@pytest.mark.parametrize("share,compile", [(0.0, False), pytest.param(0.3, True, marks=pytest.mark.slow)])
 def test_velocity_matches_torch_fp32(model_dir, window, share, compile):
     model, codec, wave, obs, x, guided, unguided = window
     eng = mlx_engine(model_dir, model, codec, share=share, compile=compile)
@@ -145,6 +145,7 @@ def test_apple_engine_matches_the_cpu_plan(model_dir, window):
         eng.close()
 
 
+@pytest.mark.slow
 def test_end_to_end_restore_with_the_apple_plan(model_dir, wav, tmp_path):
     path = wav("in.wav", seconds=5.0)  # conftest's speech-like signal
     outs = {}

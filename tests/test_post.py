@@ -95,6 +95,7 @@ def test_the_option_parses_and_refuses_clearly():
         RestoreOptions(keep_input="90")
 
 
+@pytest.mark.slow
 def test_keep_input_reaches_the_sampler_and_changes_the_output(live_model, tmp_path):
     from typer.testing import CliRunner
 
