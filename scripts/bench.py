@@ -1,6 +1,6 @@
 """Speed benchmark: realtime factor per sampler and plan on a fixed 3-minute recording.
 
-    python scripts/bench.py --out docs/bench/cpu [--plans cpu,split] [--samplers flash,pro]
+    python scripts/bench.py --out DIR [--plans cpu,split] [--samplers flash,pro]
                             [--baselines] [--seconds 180] [--model assets/model]
 
 Every configuration runs in a fresh process: the cold figure includes imports, model load and any
