@@ -52,7 +52,7 @@ def window(model_dir):
     return model, codec, wave, obs, x, ref.velocities(x, 0.7, True), ref.velocities(x, 0.3, False)
 
 
-def mlx_engine(model_dir, model, codec, dtype=torch.float32, share=0.3, compile=False):
+def mlx_branches(model_dir, model, codec, dtype=torch.float32, share=0.3, compile=False):
     return MLXBranches(Plan("apple", "cpu", dtype, mlp_share=share, engine="mlx"), model_dir, compile=compile)
 
 
@@ -74,7 +74,7 @@ def test_weights_load_under_the_reference_names(model_dir):
 @pytest.mark.parametrize("share,compile", [(0.0, False), pytest.param(0.3, True, marks=pytest.mark.slow)])
 def test_velocity_matches_torch_fp32(model_dir, window, share, compile):
     model, codec, wave, obs, x, guided, unguided = window
-    eng = mlx_engine(model_dir, model, codec, share=share, compile=compile)
+    eng = mlx_branches(model_dir, model, codec, share=share, compile=compile)
     eng.begin_window(wave, obs, ["a few words"])
     for got, want in zip(eng.velocities(x, 0.7, True), guided):  # rows u, so, sot
         assert rel(got, want) < 1e-5
@@ -83,7 +83,7 @@ def test_velocity_matches_torch_fp32(model_dir, window, share, compile):
 
 def test_velocity_bf16_within_tolerance(model_dir, window):
     model, codec, wave, obs, x, guided, _ = window
-    eng = mlx_engine(model_dir, model, codec, dtype=torch.bfloat16, share=0.3)
+    eng = mlx_branches(model_dir, model, codec, dtype=torch.bfloat16, share=0.3)
     eng.begin_window(wave, obs, ["a few words"])
     mlp = eng.mlx.blocks[0].mlp
     assert mlp.gate_m.dtype == mx.bfloat16 and mlp.gate_s.dtype == mx.float32  # GPU share bf16, CPU share fp32
@@ -93,7 +93,7 @@ def test_velocity_bf16_within_tolerance(model_dir, window):
 
 def test_sweep_picks_a_share_and_drops_unsplit_weights(model_dir, window):
     model, codec, wave, obs, x, guided, _ = window
-    eng = mlx_engine(model_dir, model, codec, share=None)
+    eng = mlx_branches(model_dir, model, codec, share=None)
     assert all(isinstance(b.mlp, SwiGLU) for b in eng.mlx.blocks)
     eng.begin_window(wave, obs, ["a few words"])  # the first window sweeps
     assert eng.share in eng.swept and set(eng.swept) == {0.0, 0.25, 0.5}
@@ -105,7 +105,7 @@ def test_split_copies_own_their_memory(model_dir, window):
     """Dropping the unsplit MLPs frees their bytes: the split copies are not views that keep them alive."""
     from mlx.utils import tree_flatten
     model, codec = window[:2]
-    eng = mlx_engine(model_dir, model, codec, share=None)
+    eng = mlx_branches(model_dir, model, codec, share=None)
     unsplit = sum(v.nbytes for b in eng.mlx.blocks for _, v in tree_flatten(b.mlp.parameters()))
     originals = eng.split(0.3)
     assert all(isinstance(b.mlp, SplitSwiGLU) for b in eng.mlx.blocks)
