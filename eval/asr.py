@@ -43,37 +43,17 @@ def transcribe(x: np.ndarray) -> str:
     return hyp.hypstr.strip() if hyp is not None else ""
 
 
-def cached_transcribe(cache, x: np.ndarray, recognise=None) -> str:
-    """The reading of x from eval's metric cache (`cache`, an eval.cache.MetricCache), recognised
-    with `recognise` (default: transcribe) and stored when missing. The key is the one eval.run
-    gives a mono file holding these samples, so scripts and eval.run share their readings."""
-    from .analyses import version_of
-    from .audio import array_hash
-
-    digest, version = array_hash(x), version_of("asr")
-    text = cache.get("asr", version, digest)
-    if text is None:
-        text = (recognise or transcribe)(x)
-        cache.put("asr", version, digest, None, text)
-    return text
-
-
 # The sub-frame delay (samples at 16 kHz) of the second reading behind the jitter-averaged WER:
-# half of the recogniser's 10 ms frame step, the grid furthest from the first reading's.
-# Measured on 72 clean dev clips: delaying a clip by 80 samples (5 ms) changes 27% of the words of
-# its reading, and adding white noise 40 dB below it 24-27% (scripts/asr_stability.py).
+# half of the recogniser's 10 ms frame step, the grid furthest from the first reading's. Delaying a
+# clean clip by 80 samples (5 ms) changes about a quarter of the words the recogniser reads in it, so
+# a single reading favours outputs that are sample for sample the reference (docs/evaluation.md).
 JITTER_DELAYS = (80,)
 
 
-def delayed(x: np.ndarray, samples: int) -> np.ndarray:
-    """x with `samples` of silence put in front (the clip grows by that much)."""
-    x = np.asarray(x)
-    return np.concatenate([np.zeros(samples, x.dtype), x])
-
-
 def transcribe_delayed(x: np.ndarray, delays=JITTER_DELAYS) -> list[str]:
-    """Readings of the clip delayed by each of `delays` samples."""
-    return [transcribe(delayed(x, d)) for d in delays]
+    """Readings of the clip with `d` samples of silence put in front, for each d in `delays`."""
+    x = np.asarray(x)
+    return [transcribe(np.concatenate([np.zeros(d, x.dtype), x])) for d in delays]
 
 
 def align_words(x: np.ndarray, words: list[str]) -> list[tuple[str, float, float]] | None:

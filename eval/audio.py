@@ -69,16 +69,6 @@ def audio_hash(path: str | Path) -> str:
     different files. Decoding makes the key depend on what the metrics actually see.
     """
     data, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    return _samples_hash(data, sr)
-
-
-def array_hash(x: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
-    """audio_hash of mono samples in memory: equal to the hash of a mono file holding them as float32,
-    so analyses of files and of arrays made from them share cache entries."""
-    return _samples_hash(np.asarray(x, dtype=np.float32).reshape(-1, 1), sample_rate)
-
-
-def _samples_hash(data: np.ndarray, sr: int) -> str:
     h = hashlib.sha256(f"audio-v1|{sr}|{data.shape[1]}|".encode())
     h.update(np.ascontiguousarray(data, dtype=np.float32).tobytes())
     return h.hexdigest()

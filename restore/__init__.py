@@ -1,7 +1,7 @@
 """restore: speech restoration with a guided rectified-flow diffusion transformer.
 
-    from restore import Restorer
-    Restorer().restore_file("interview.wav", "interview.restored.wav", sampler="flash")
+    from restore import Restorer, RestoreOptions
+    Restorer().restore_file("interview.wav", "interview.restored.wav", RestoreOptions(sampler="flash"))
 """
 
 from __future__ import annotations
@@ -14,22 +14,27 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
-__all__ = ["Restorer", "load_model", "restore_file"]
+__all__ = ["RestoreOptions", "Restorer", "load_model", "restore_file"]
 
 
 def __getattr__(name):  # lazy: `import restore` stays cheap (the training machine has no soundfile)
     if name == "Restorer":
         from .pipeline.restorer import Restorer
         return Restorer
+    if name == "RestoreOptions":
+        from .options import RestoreOptions
+        return RestoreOptions
     raise AttributeError(name)
 
 
 def load_model(model=None, **kwargs):
-    """A Restorer holding the model (default: the shipped one), ready for many files."""
+    """A Restorer holding the model (default: the shipped one), ready for many files; keyword arguments:
+    plan, device, mlp_share, compile, trace."""
     from .pipeline.restorer import Restorer
     return Restorer(model, **kwargs)
 
 
-def restore_file(input, output, *, model=None, plan="auto", device="auto", **options):
-    """Restore one file; see Restorer.restore_file for the options."""
-    return load_model(model, plan=plan, device=device).restore_file(input, output, **options)
+def restore_file(input, output, options=None, *, model=None, plan="auto", device="auto", **changes):
+    """Restore one file; `options` (a RestoreOptions) and/or its fields as keyword arguments."""
+    with load_model(model, plan=plan, device=device) as restorer:
+        return restorer.restore_file(input, output, options, **changes)

@@ -7,11 +7,13 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 from . import audio
 from .errors import RestoreError, UsageError
+from .options import RestoreOptions
 from .pipeline.restorer import Progress, Restorer
 
 REPORT_NAME = "restore-report.json"
@@ -90,19 +92,21 @@ def finish_trace(restorer: Restorer | None, trace: Path | None, echo) -> None:
         echo(f"trace: {trace} (open in ui.perfetto.dev or chrome://tracing)")
 
 
-def run(input: Path, output: Path | None, *, model: Path | None = None, plan: str = "auto", device: str = "auto",
-        format: str | None = None, overwrite: bool = False, report: Path | None = None, progress: bool = False,
-        trace: Path | None = None, mlp_share: float | None = None, batch: int | None = None, compile: str = "off",
-        echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr), **options) -> int:
+def run(input: Path, output: Path | None, options: RestoreOptions | None = None, *, model: Path | None = None,
+        plan: str = "auto", device: str = "auto", format: str | None = None, overwrite: bool = False,
+        report: Path | None = None, progress: bool = False, trace: Path | None = None,
+        mlp_share: float | None = None, batch: int | None = None, compile: str = "off",
+        echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
     """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed)."""
+    options = options or RestoreOptions()
     input = Path(input)
     if not input.exists():
         raise UsageError(f"{input}: no such file or folder")
     output = Path(output) if output is not None else default_output(input)
     if input.is_dir():
-        return _run_folder(input, output, model=model, plan=plan, device=device, format=format,
+        return _run_folder(input, output, options, model=model, plan=plan, device=device, format=format,
                            overwrite=overwrite, report=report, progress=progress, echo=echo, trace=trace,
-                           mlp_share=mlp_share, batch=batch, compile=compile, **options)
+                           mlp_share=mlp_share, batch=batch, compile=compile)
     if format:
         raise UsageError("--format applies to folder runs; give the output file's extension instead")
     audio.check_output(input, output, overwrite)
@@ -111,7 +115,7 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
                         compile=compile)
     line = ProgressLine(progress)
     try:
-        rep = restorer.restore_file(input, output, progress=line, **options)
+        rep = restorer.restore_file(input, output, options, overwrite=overwrite, progress=line)
     finally:
         line.end()
         restorer.close()  # plans with a worker process: stop it and free its shared memory
@@ -125,8 +129,9 @@ def run(input: Path, output: Path | None, *, model: Path | None = None, plan: st
     return 0
 
 
-def _run_folder(input: Path, output: Path, *, model, plan, device, format, overwrite, report, progress, echo,
-                trace=None, mlp_share=None, batch: int | None = None, compile: str = "off", **options) -> int:
+def _run_folder(input: Path, output: Path, options: RestoreOptions, *, model, plan, device, format, overwrite,
+                report, progress, echo, trace=None, mlp_share=None, batch: int | None = None,
+                compile: str = "off") -> int:
     out_root = output.resolve()
     if out_root == input.resolve():
         raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
@@ -154,14 +159,14 @@ def _run_folder(input: Path, output: Path, *, model, plan, device, format, overw
 class FolderRun:
     """The state of one folder run: what to do, what was done, and its JSON report."""
 
-    def __init__(self, input: Path, output: Path, report_path: Path, options: dict, echo):
+    def __init__(self, input: Path, output: Path, report_path: Path, options: RestoreOptions, echo):
         self.report_path, self.options, self.echo = report_path, options, echo
         self.todo: list[tuple[Path, Path]] = []
         self.entries: list[dict] = []
         self.skipped = self.failed = self.restored = 0
         self.seconds_audio = self.seconds_wall = 0.0
         self.summary = {"input": str(input), "output": str(output), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        "settings": dict(options), "files": self.entries}
+                        "settings": asdict(options), "files": self.entries}
 
     def plan(self, pairs: list[tuple[Path, Path]], overwrite: bool) -> None:
         """Sort (input, output) pairs into to-do, skipped (output exists) and clashing (two inputs, one
@@ -190,8 +195,8 @@ class FolderRun:
     def restore(self, restorer, line: ProgressLine, batch: int | None = None) -> int:
         started = time.perf_counter()
         batch_rows = batch or (16 if restorer is not None and restorer.plan.device.startswith("cuda") else 1)
-        results = restorer.restore_files(self.todo, progress=line, overwrite=True, batch_rows=batch_rows,
-                                         **self.options) if restorer is not None else []
+        results = restorer.restore_files(self.todo, self.options, progress=line, overwrite=True,
+                                         batch_rows=batch_rows) if restorer is not None else []
         for k, (src, dst, rep) in enumerate(results):
             line.file(k + 1)
             if isinstance(rep, RestoreError):

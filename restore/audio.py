@@ -18,7 +18,6 @@ from .errors import InputError, UsageError
 MIN_SECONDS = 0.5             # shorter inputs carry too little speech to restore
 MIN_RATE, MAX_RATE = 8000, 192000
 SILENT_PEAK = 10 ** (-90 / 20)  # a file whose peak is below -90 dBFS holds no signal
-PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
 BLOCK_SECONDS = 10.0          # unit of streaming reads
 RESAMPLE_QUALITY = "HQ"
 _READ_FORMATS = set(sf.available_formats())
@@ -197,14 +196,9 @@ def check_output(input_path: Path | None, output: Path, overwrite: bool = True) 
 class AtomicWriter:
     """Writes audio to a hidden temporary file beside the output and renames it into place on
     `commit()`; if the work fails or is interrupted, the temporary file is removed and any existing
-    output stays as it was.
+    output stays as it was. Samples beyond full scale are clipped and counted (`clipped`)."""
 
-    With `level` (an RMS over the non-silent audio, as `scan` measures it) the audio first goes to a
-    second, float temporary file; `commit()` then writes it out scaled to that level, or lower where the
-    peaks would pass PEAK_CEILING (`limited`), and `gain_db` says by how much."""
-
-    def __init__(self, path: str | Path, sample_rate: int, channels: int, subtype: str | None = None,
-                 level: float | None = None):
+    def __init__(self, path: str | Path, sample_rate: int, channels: int, subtype: str | None = None):
         self.path = Path(path)
         ext = self.path.suffix.lower()
         if ext not in WRITE_FORMATS:
@@ -226,71 +220,18 @@ class AtomicWriter:
             reason = _short(e).replace(f"'{self.tmp}': ", "").replace(f"'{self.tmp}'", "").strip()  # no temp name
             raise InputError(f"{self.path}: cannot write {channels} channel(s) at {sample_rate} Hz as "
                              f"{fmt} ({reason})") from None
+        self.rate, self.channels = sample_rate, channels
         self.clipped = 0
-        self.rate, self.level, self.raw, self.raw_path = sample_rate, level, None, None
-        self.gain_db: float | None = None
-        self.limited = False
-        if level is not None:
-            self.power, self.count, self.peak = 0.0, 0, 0.0
-            self.rest = np.zeros((0, channels), np.float32)  # samples not yet in a whole 100 ms piece
-            try:
-                fd, raw = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".float.part", dir=self.path.parent)
-                os.close(fd)
-                self.raw_path = Path(raw)
-                self.raw = sf.SoundFile(raw, "w", samplerate=sample_rate, channels=channels, format="RF64",
-                                        subtype="FLOAT")
-            except Exception as e:
-                self.abort()
-                raise InputError(f"{self.path}: cannot write the output ({_short(e)})") from None
 
     def write(self, block: np.ndarray) -> None:
-        if self.raw is not None:
-            self._measure(block)
-            if len(block):
-                self.peak = max(self.peak, float(np.abs(block).max()))
-            self.raw.write(block)
-            return
-        self._write(block)
-
-    def _write(self, block: np.ndarray) -> None:
         over = np.abs(block) > 1.0
         if over.any():
             self.clipped += int(over.sum())
             block = np.clip(block, -1.0, 1.0)
         self.file.write(block)
 
-    def _measure(self, block: np.ndarray) -> None:
-        """Active power in 100 ms pieces of the whole stream, whatever the sizes of the blocks written:
-        a piece not yet whole waits in `rest`."""
-        data = np.concatenate([self.rest, block]) if len(self.rest) else block
-        size = max(1, self.rate // 10)
-        whole = len(data) // size * size
-        p, n = active_power(data[:whole], self.rate)
-        self.power, self.count, self.rest = self.power + p, self.count + n, data[whole:]
-
-    def _write_levelled(self) -> None:
-        """The float file, scaled to the level asked for (peaks below PEAK_CEILING), into the output."""
-        p, n = active_power(self.rest, self.rate)  # the last, shorter piece
-        power, count = self.power + p, self.count + n
-        self.raw.close()
-        rms = (power / count) ** 0.5 if count else 0.0
-        gain = self.level / rms if rms > 0 else 1.0
-        if self.peak * gain > PEAK_CEILING:
-            gain, self.limited = PEAK_CEILING / self.peak, True
-        self.gain_db = 20 * float(np.log10(gain))
-        with sf.SoundFile(str(self.raw_path)) as f:
-            while True:
-                block = f.read(1 << 16, dtype="float32", always_2d=True)
-                if not len(block):
-                    break
-                self._write(block * np.float32(gain))
-        self.raw_path.unlink(missing_ok=True)
-        self.raw = self.raw_path = None
-
     def commit(self) -> None:
         try:
-            if self.raw is not None:
-                self._write_levelled()
             self.file.close()
             os.chmod(self.tmp, FILE_MODE)
             os.replace(self.tmp, self.path)
@@ -302,11 +243,6 @@ class AtomicWriter:
         if not self.file.closed:
             self.file.close()
         self.tmp.unlink(missing_ok=True)
-        if self.raw is not None and not self.raw.closed:
-            self.raw.close()
-        if self.raw_path is not None:
-            self.raw_path.unlink(missing_ok=True)
-        self.raw = None
 
     def __enter__(self) -> "AtomicWriter":
         return self

@@ -1,4 +1,5 @@
-"""Command line: `restore INPUT -o OUTPUT`. Parses and forwards to restore.api; nothing else."""
+"""Command line: `restore INPUT -o OUTPUT`. Parses and forwards to restore.api; nothing else. The
+choices come from the constants the library validates against."""
 
 from __future__ import annotations
 
@@ -10,48 +11,38 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import __version__
+from .engines.plan import COMPILE_MODES, PLANS
 from .errors import RestoreError
+from .options import CHANNEL_MODES, LEVEL_MODES, SAMPLERS, RestoreOptions
 
 
-class Sampler(str, Enum):
-    pro = "pro"
-    flash = "flash"
+def _choices(name: str, values) -> type[Enum]:
+    """An Enum whose members are `values` (typer shows and checks them as choices)."""
+    return Enum(name, {v: v for v in values}, type=str)
 
 
-class PlanName(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-    split = "split"
-    apple = "apple"
-
-
-class CompileMode(str, Enum):
-    off = "off"
-    default = "default"
-    cuda_graphs = "cuda-graphs"
-
-
-class Channels(str, Enum):
-    auto = "auto"
-    each = "each"
-    mix = "mix"
-
-
-class Level(str, Enum):
-    input = "input"
-    model = "model"
-
+Sampler = _choices("Sampler", SAMPLERS)
+PlanName = _choices("PlanName", PLANS)
+CompileMode = _choices("CompileMode", COMPILE_MODES)
+Channels = _choices("Channels", CHANNEL_MODES)
+Level = _choices("Level", LEVEL_MODES)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"restore {__version__}")
+        raise typer.Exit()
 
 
 @app.command(help="Restore damaged speech recordings: a file, or a folder of them (its tree is mirrored).")
 def restore(
     input: Annotated[Path, typer.Argument(help="Audio file or folder of audio files.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file, or folder for a folder input. Default: beside the input, with '.restored' (file) or '_restored' (folder) added.")] = None,
-    sampler: Annotated[Sampler, typer.Option(help="pro: more steps, best quality; flash: fewer steps, faster.")] = Sampler.pro,
+    sampler: Annotated[Sampler, typer.Option(help="pro: more steps, best quality; flash: fewer steps, faster (the model may set both).")] = Sampler("pro"),
     steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the model's setting for the sampler, else the preset's).")] = None,
     guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
     strength: Annotated[Optional[float], typer.Option(help="How much of the model's correction to apply on top of its gentle linear estimate, 0-2 (default: the model's setting, else 1).")] = None,
@@ -59,28 +50,31 @@ def restore(
     seed: Annotated[int, typer.Option(help="Seed of the sampler noise; the same seed gives the same output.")] = 0,
     transcript: Annotated[Optional[str], typer.Option(help="Transcript text, or a .txt file. Default: a sidecar NAME.txt if present.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    plan: Annotated[PlanName, typer.Option(help="Which engine runs what (auto picks for this machine).")] = PlanName.auto,
+    plan: Annotated[PlanName, typer.Option(help="Which engine runs what (auto picks for this machine).")] = PlanName("auto"),
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", help="Output sample rate (default: the input's).")] = None,
-    channels: Annotated[Channels, typer.Option(help="auto: restore identical channels once, else each; each: every channel; mix: downmix to mono.")] = Channels.auto,
-    level: Annotated[Level, typer.Option(help="input: the restored file as loud as the input (peaks kept below full scale); model: as the model restores it.")] = Level.input,
+    channels: Annotated[Channels, typer.Option(help="auto: restore identical channels once, else each; each: every channel; mix: downmix to mono.")] = Channels("auto"),
+    level: Annotated[Level, typer.Option(help="input: the restored file as loud as the input (peaks kept below full scale); model: as the model restores it.")] = Level("input"),
     format: Annotated[Optional[str], typer.Option("--format", help="Output extension for folder runs, e.g. flac (default: each input's own).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
-    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the shipped model in assets/).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: $RESTORE_MODEL, else the shipped model).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report (folder runs default to OUTPUT/restore-report.json).")] = None,
     batch: Annotated[Optional[int], typer.Option(help="Folder runs: channel windows restored together (default 16 on a GPU, 1 on the CPU).")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="Write a Chrome/Perfetto trace (JSON) of what ran where and when.")] = None,
-    compile: Annotated[CompileMode, typer.Option(help="cpu/cuda plans: compile the model's forward (cuda-graphs: also capture CUDA graphs; pays off on long folder runs).")] = CompileMode.off,
-    mlp_share: Annotated[Optional[float], typer.Option("--mlp-share", help="split plan: share of each MLP on the second engine (default: measured).")] = None,
+    compile: Annotated[CompileMode, typer.Option(help="cpu/cuda plans: compile the model's forward (cuda-graphs: also capture CUDA graphs; pays off on long folder runs).")] = CompileMode("off"),
+    mlp_share: Annotated[Optional[float], typer.Option("--mlp-share", help="split and apple plans: share of each MLP on the second engine (default: measured).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     debug: Annotated[bool, typer.Option(help="Show tracebacks of errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     from . import api
 
     try:
-        code = api.run(input, output, sampler=sampler.value, steps=steps, guidance=guidance, strength=strength, keep=keep_input, seed=seed,
-                       transcript=transcript, device=device, plan=plan.value, sample_rate=sample_rate,
-                       channels=channels.value, level=level.value, format=format, overwrite=overwrite, model=model, report=report,
-                       batch=batch, trace=trace, mlp_share=mlp_share, compile=compile.value, progress=not quiet and sys.stderr.isatty())
+        options = RestoreOptions(sampler=sampler.value, steps=steps, guidance=guidance, strength=strength,
+                                 keep_input=keep_input, seed=seed, transcript=transcript, channels=channels.value,
+                                 sample_rate=sample_rate, level=level.value)
+        code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
+                       model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
+                       compile=compile.value, progress=not quiet and sys.stderr.isatty())
     except RestoreError as e:
         if debug:
             traceback.print_exc()

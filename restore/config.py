@@ -99,11 +99,6 @@ class SamplerConfig(BaseConfig):
     w_so: float = 1.5          # guidance of the conditions (semantic + observation) over none
     w_t: float = 1.5           # guidance of the transcript over no transcript
     churn: float = 0.3         # fresh noise per step, as a fraction of ancestral sampling's (0: ODE)
-    strength: float = 1.0      # share of the network's correction on top of the observation skip's linear
-                               # estimate, taken on the full-strength result (0: the linear estimate alone;
-                               # models with the skip only)
-    keep_db: float | None = None  # keep the input in bins where the restoration took out less than this
-                                  # many dB below itself (restore/pipeline/keep.py); None: off
 
     @classmethod
     def preset(cls, name: str) -> "SamplerConfig":
@@ -116,6 +111,17 @@ SAMPLER_PRESETS = {  # a model may override these in its config.json `samplers` 
     "pro": dict(steps=32, guided_until=0.5, churn=0.3),
     "flash": dict(steps=8, guided_until=0.5, churn=0.0),
 }
+
+
+@dataclass(frozen=True)
+class PostConfig(BaseConfig):
+    """What happens to the sampler's result before it is decoded (restore/pipeline/post.py). A model's
+    config.json `samplers` may set these per sampler, beside the sampler's own settings."""
+    strength: float = 1.0      # share of the network's correction on top of the observation skip's linear
+                               # estimate, taken on the full-strength result (0: the linear estimate alone;
+                               # models with the skip only)
+    keep_db: float | None = None  # keep the input in bins where the restoration took out less than this
+                                  # many dB below itself; None: off
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,22 @@
 """Model files: a folder with `config.json` (carrying a format version) and safetensors shards.
 
-`config.json` may also carry `samplers`: this model's overrides of the pro/flash presets (e.g. a model
-whose one-step estimate beats longer sampling sets {"flash": {"steps": 1}}); --steps still wins.
+`config.json` may also carry `samplers`: this model's overrides of the pro/flash presets and of the
+post-processing (e.g. a model whose one-step estimate beats longer sampling sets {"flash": {"steps": 1}});
+the user's options still win.
 
 Weights are stored under the parameter names of the PyTorch reference; every backend uses the same
 names. Loading is offline and renames nothing.
+
+Which model a restoration uses (`find_model`): the one given (`--model`), else the folder named by the
+RESTORE_MODEL environment variable, else the shipped model: installed with the package (the wheel
+carries assets/model as restore/assets/model), or in a source checkout's assets/model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,13 +24,27 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, SamplerConfig
+from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, PostConfig, SamplerConfig
 from .errors import InputError
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 15 * 1024 * 1024  # under 16 MiB: the limit of files that come back from the GPU machine
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-DEFAULT_MODEL = ASSETS / "model"
+MODEL_ENV = "RESTORE_MODEL"
+SHIPPED_MODELS = (Path(__file__).resolve().parent / "assets" / "model",          # installed package
+                  Path(__file__).resolve().parent.parent / "assets" / "model")   # source checkout
+
+
+def find_model(model: str | Path | None = None) -> Path:
+    """The model folder to use: `model`, else $RESTORE_MODEL, else the shipped model."""
+    if model is not None:
+        return Path(model)
+    if os.environ.get(MODEL_ENV):
+        return Path(os.environ[MODEL_ENV])
+    for folder in SHIPPED_MODELS:
+        if (folder / "config.json").is_file():
+            return folder
+    raise InputError(f"no model given and none shipped at {SHIPPED_MODELS[0]}; pass --model FOLDER or set "
+                     f"{MODEL_ENV}")
 
 
 @dataclass
@@ -68,7 +88,8 @@ def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict
 
 
 def load(folder: str | Path | None = None) -> ModelFiles:
-    folder = Path(folder) if folder is not None else DEFAULT_MODEL
+    """The model folder's configuration and weights (default: `find_model()`), checked."""
+    folder = find_model(folder)
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise InputError(f"{folder}: not a model folder (no config.json)")
@@ -84,7 +105,7 @@ def load(folder: str | Path | None = None) -> ModelFiles:
     for p in shards:
         state.update(load_file(str(p)))
     samplers = config.get("samplers", {})
-    settings = {f.name for f in dataclasses.fields(SamplerConfig)} - {"name"}
+    settings = {f.name for c in (SamplerConfig, PostConfig) for f in dataclasses.fields(c)} - {"name"}
     for name, overrides in samplers.items():
         unknown = sorted(set(overrides) - settings)
         if name not in SAMPLER_PRESETS or unknown:

@@ -1,6 +1,6 @@
 """Speed benchmark: realtime factor per sampler and plan on a fixed 3-minute recording.
 
-    python scripts/bench.py --out docs/bench/cpu [--plans cpu,split] [--samplers flash,pro]
+    python scripts/bench.py --out DIR [--plans cpu,split] [--samplers flash,pro]
                             [--baselines] [--seconds 180] [--model assets/model]
 
 Every configuration runs in a fresh process: the cold figure includes imports, model load and any
@@ -45,7 +45,7 @@ def child(cfg: dict) -> dict:
     import torch
 
     from restore.config import SamplerConfig
-    from restore.engines.base import resolve_plan
+    from restore.engines.plan import resolve_plan
     from restore.pipeline.restorer import Restorer
 
     torch.set_num_threads(cfg["threads"]) if cfg.get("threads") else None

@@ -7,7 +7,7 @@ and with --step, what the producer costs the training step it runs beside.
     python scripts/bench_data.py --step --switch-ms 5,1,0.2 --compile-mode reduce-overhead
     python scripts/bench_data.py --step --compile-mode reduce-overhead --model '{"layers": 12}'
 
-At batch 32 the producer, not the GPU, bounds training (docs/training.md, "Two runs at once"). Each
+At batch 32 the producer, not the GPU, bounded training until it was batched (docs/training.md). Each
 part is timed with the device synchronised around it, over --n batches after two warm-up batches, so
 the parts add up to a producer that runs alone; in training it overlaps the step.
 

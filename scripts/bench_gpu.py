@@ -33,7 +33,7 @@ from restore import weights  # noqa: E402
 from restore.codec import build_codec  # noqa: E402
 from restore.config import SAMPLER_PRESETS, CodecConfig, ModelConfig  # noqa: E402
 from restore.model.dit import DiT  # noqa: E402
-from restore.pipeline.restorer import sampler_config  # noqa: E402
+from restore.options import RestoreOptions  # noqa: E402
 
 PRESET_STEPS = {n: p["steps"] for n, p in SAMPLER_PRESETS.items()}  # not the model's own setting
 LARGE = ModelConfig(width=1536, layers=28, heads=12, intermediate=8960)
@@ -135,7 +135,7 @@ def section_folder(args, out: dict) -> None:
     for sampler, batch, compile, noise_threads, steps in FOLDER_RUNS_QUICK if args.quick else FOLDER_RUNS:
         tag = f"{sampler}_{batch}_{compile}_{'inline' if noise_threads == 0 else 'threads'}_{steps}"
         # "model" rows pass no --steps: the CLI resolves the model's own setting, as a user's run does
-        n_steps = PRESET_STEPS[sampler] if steps == P else sampler_config(sampler, model_presets=own).steps
+        n_steps = PRESET_STEPS[sampler] if steps == P else RestoreOptions(sampler=sampler).resolve(own)[0].steps
         dst = Path(f"/tmp/bench_out_{tag}")
         cmd = [sys.executable, "-m", "restore", str(folder), "-o", str(dst), "--plan", "cuda", "--sampler", sampler,
                "--batch", str(batch), "--compile", compile, "--overwrite", "-q"] + (["--steps", str(n_steps)] if steps == P else [])

@@ -32,7 +32,7 @@ def main() -> int:
     from restore.pipeline.windows import Geometry
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, default=weights.DEFAULT_MODEL)
+    ap.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     ap.add_argument("--seconds", type=float, default=WindowConfig().seconds, help="window length (the compiled shape)")
     ap.add_argument("--overlap", type=float, default=WindowConfig().overlap)
     ap.add_argument("--rows", type=int, default=1, help="channel rows per window (2: stereo restored per channel)")
@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: the worker's cache folder for these settings")
     ap.add_argument("--placement", action="store_true", help="compile and report MLComputePlan placement (macOS)")
     args = ap.parse_args()
+    args.model = weights.find_model(args.model)
 
     files = weights.load(args.model)
     cfg, codec = files.model, files.codec

@@ -1,6 +1,6 @@
 """Draw a trace written by `restore ... --trace trace.json` as a timeline: one row per engine.
 
-    python scripts/plot_trace.py trace.json docs/trace.png [--from-s 0 --to-s 30]
+    python scripts/plot_trace.py trace.json trace.png [--from-s 0 --to-s 30]
 """
 
 from __future__ import annotations

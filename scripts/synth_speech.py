@@ -4,7 +4,8 @@
     python scripts/prepare_data.py ../shared/data .stage/data --extra .stage/tts
 
 The training transcripts are mostly pocketsphinx's, about half of their words wrong, and the model
-learns to ignore text (docs/eval/r5-devset/README.md). Synthesised speech has no such disagreement.
+learns to ignore text. Synthesised speech has no such disagreement (tried, it did not change that:
+docs/training.md).
 The texts are those of the training speakers' clips (human or pseudo-transcripts: any word sequence
 serves, since the synthesis says exactly it), one clip per text for `--share` of the training clips,
 the voices taken in turn. Writes OUT/speech/tts/VOICE/NNNN.wav and OUT/speech/manifest.csv in the

@@ -7,6 +7,13 @@ import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
+
+def pytest_addoption(parser):
+    parser.addoption("--regen-golden", action="store_true",
+                     help="rewrite tests/golden.json from the shipped model's restoration of the example "
+                          "(after replacing the model; review the diff)")
+
+
 TINY_MODEL = {"width": 64, "layers": 2, "heads": 2, "intermediate": 128, "precondition": "obs_skip",
               "encoder": {"width": 32, "layers": 1, "out_dim": 32},
               "text": {"width": 32, "layers": 1, "heads": 2}}
@@ -22,6 +29,19 @@ def speechlike(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
     x = sum(np.sin(k * phase) / k for k in range(1, 12))
     envelope = np.clip(np.sin(2 * np.pi * 3.0 * t), 0, None) ** 2
     return (0.1 * x * envelope + 0.003 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+def tone(seconds: float, sr: int, channels: int = 1) -> np.ndarray:
+    """A band-limited signal (everything under 4 kHz), (frames, channels), each channel different."""
+    t = np.arange(int(round(seconds * sr))) / sr
+    cols = [0.2 * np.sin(2 * np.pi * (300 + 40 * c) * t) + 0.1 * np.sin(2 * np.pi * 1234.5 * t + c)
+            + 0.05 * np.sin(2 * np.pi * 3100 * t) for c in range(channels)]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def leftovers(folder):
+    """Temporary files the atomic writer may have left."""
+    return [p.name for p in folder.iterdir() if p.name.endswith(".part") or p.name.startswith(".")]
 
 
 @pytest.fixture(scope="session")

@@ -9,24 +9,12 @@ import soxr
 
 from restore import audio
 from restore.errors import InputError, UsageError
+from tests.conftest import leftovers, tone
 
 RATES = [8000, 22050, 44100, 48000, 96000, 192000]
 CHANNELS = [1, 2, 4]
 FORMATS = [".wav", ".flac", ".ogg"] + ([".mp3"] if ".mp3" in audio.WRITE_FORMATS else [])
 MP3_RATES = {8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}
-
-
-def tone(seconds: float, sr: int, channels: int = 1) -> np.ndarray:
-    """A band-limited signal (everything under 4 kHz), (frames, channels), each channel different."""
-    t = np.arange(int(round(seconds * sr))) / sr
-    cols = [0.2 * np.sin(2 * np.pi * (300 + 40 * c) * t) + 0.1 * np.sin(2 * np.pi * 1234.5 * t + c)
-            + 0.05 * np.sin(2 * np.pi * 3100 * t) for c in range(channels)]
-    return np.stack(cols, axis=1).astype(np.float32)
-
-
-def leftovers(folder):
-    """Temporary files the atomic writer may have left."""
-    return [p.name for p in folder.iterdir() if p.name.endswith(".part") or p.name.startswith(".")]
 
 
 def mp3_writable(sr, channels):
@@ -225,49 +213,6 @@ def test_atomic_writer_commit(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's owner-only 0600
-
-
-def active_rms(x: np.ndarray, sr: int) -> float:
-    p, n = audio.active_power(x, sr)
-    return (p / n) ** 0.5
-
-
-def test_atomic_writer_levels_the_output_to_the_rms_asked_for(tmp_path):
-    """Written in blocks, with a stretch of digital silence that the level leaves out; the output is at
-    the RMS asked for and unclipped, and only the output remains."""
-    out = tmp_path / "out.flac"
-    x = np.concatenate([tone(1.0, 16000) * 0.01, np.zeros((16000, 1), np.float32), tone(1.0, 16000) * 0.02])
-    with audio.AtomicWriter(out, 16000, 1, level=0.1) as w:
-        for i in range(0, len(x), 5000):
-            w.write(x[i : i + 5000])
-        assert leftovers(tmp_path) != [] and not out.exists()
-    y, _ = sf.read(out, dtype="float32", always_2d=True)
-    assert active_rms(y, 16000) == pytest.approx(0.1, rel=0.001)
-    assert w.gain_db == pytest.approx(20 * np.log10(0.1 / active_rms(x, 16000)), abs=0.01) and not w.limited
-    assert np.allclose(y, x * 10 ** (w.gain_db / 20), atol=1e-4)  # one gain, the silence kept silent
-    assert w.clipped == 0 and leftovers(tmp_path) == []
-
-
-def test_atomic_writer_keeps_levelled_peaks_below_full_scale(tmp_path):
-    out = tmp_path / "out.wav"
-    x = tone(1.0, 16000) * 0.01
-    x[4000] = 0.5  # a spike: levelling to 0.2 RMS would push it to ~10 times full scale
-    with audio.AtomicWriter(out, 16000, 1, level=0.2) as w:
-        w.write(x)
-    y, _ = sf.read(out, dtype="float32")
-    assert w.limited and w.clipped == 0
-    assert np.abs(y).max() == pytest.approx(audio.PEAK_CEILING, abs=1e-3)
-
-
-def test_atomic_writer_levelling_interrupted_leaves_nothing(tmp_path):
-    out = tmp_path / "out.wav"
-    sf.write(out, tone(1.0, 16000), 16000)
-    before = out.read_bytes()
-    with pytest.raises(KeyboardInterrupt):
-        with audio.AtomicWriter(out, 16000, 1, level=0.1) as w:
-            w.write(tone(1.0, 16000))
-            raise KeyboardInterrupt
-    assert out.read_bytes() == before and leftovers(tmp_path) == []
 
 
 def test_atomic_writer_unsupported_extension(tmp_path):

@@ -61,6 +61,7 @@ def test_models_that_cannot_be_averaged_are_refused(tiny_model, tmp_path):
         average([a, tmp_path / "wide"])
 
 
+@pytest.mark.slow
 def test_the_script_writes_the_average_and_will_not_overwrite_a_source(tiny_model, tmp_path):
     a = _variant(tiny_model, tmp_path / "a", 1, "ra")
     b = _variant(tiny_model, tmp_path / "b", 2, "rb")

@@ -65,6 +65,19 @@ def assert_clean_error(result, path, problem, code):
     assert isinstance(result.exception, SystemExit)
 
 
+def test_version():
+    from restore import __version__
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"restore {__version__}"
+
+
+def test_choices_come_from_the_library():
+    from restore.engines.plan import PLANS
+    from restore.options import SAMPLERS
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert "|".join(SAMPLERS) in result.output and "|".join(PLANS) in result.output
+
+
 # ---- single files ----
 
 def test_single_file(cli, tmp_path):
@@ -446,6 +459,7 @@ def test_folder_sidecar_transcripts(cli, tmp_path):
 
 # ---- plans and trace ----
 
+@pytest.mark.slow
 def test_split_plan_with_trace(cli, tmp_path):
     src = put(tmp_path / "in.wav", 2.0)
     trace = tmp_path / "trace.json"

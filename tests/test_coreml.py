@@ -76,6 +76,7 @@ def test_converted_modules_match_the_reference(branches):
     assert rel(ANEDecode(CODEC, T)(decompress(lat, CODEC)), codec.decode(lat)) < 1e-5
 
 
+@pytest.mark.slow
 def test_written_programs_are_neural_engine_safe(exported):
     """Read back from disk: every function of every package is fp16 with rank <= 4 and static shapes."""
     folder, manifest = exported
@@ -99,6 +100,7 @@ def test_problems_are_reported():
     assert any("rank 5" in p for p in problems)
 
 
+@pytest.mark.slow
 def test_functions_share_one_weight_file(exported):
     """One function per batch size (mono; stereo per channel), the weights stored once per package."""
     folder, manifest = exported
@@ -110,6 +112,7 @@ def test_functions_share_one_weight_file(exported):
     assert [f.name for f in ct.utils.load_spec(str(folder / c["file"])).description.functions] == ["b1", "b2"]
 
 
+@pytest.mark.slow
 def test_blob_padding_moves_weights_off_the_unit(branches, exported, tmp_path):
     plain = exported[1]["chunks"][0]["weight_bytes"]  # the same chunk, unpadded
     info = ce.export_chunk(ane_chunks(branches)[0], [1], T, tmp_path / "c.mlpackage", unit=plain)  # as if 1 MiB
@@ -123,8 +126,8 @@ def test_blob_padding_moves_weights_off_the_unit(branches, exported, tmp_path):
 
 
 def test_mlp_blocks_fit_the_sram():
-    assert ce.mlp_blocks_for(512, 1344, 1875) == 1  # the default model (r24-w512): 17 MB with activations
-    assert ce.mlp_blocks_for(384, 1024, 1875) == 1  # r21-t06, the default before it: 13 MB
+    assert ce.mlp_blocks_for(512, 1344, 1875) == 1  # the shipped model's shape: 17 MB with activations
+    assert ce.mlp_blocks_for(384, 1024, 1875) == 1  # width 384: 13 MB
     n = ce.mlp_blocks_for(1024, 8192, 1875)
     assert 1 < n <= ce.MAX_BLOCKS and ce.mlp_block_bytes(1024, -(-8192 // n), 1875) <= ce.SRAM_BYTES
     assert ce.mlp_block_bytes(1024, -(-8192 // (n - 1)), 1875) > ce.SRAM_BYTES  # the fewest that fit

@@ -163,6 +163,7 @@ def test_degrade_clip_numpy_api():
     assert np.array_equal(y, y2) and rec == rec2
 
 
+@pytest.mark.slow
 def test_batch_equals_clip_by_clip():
     """Batching is an implementation detail: each clip gets what it would get alone."""
     x = torch.stack([torch.from_numpy(speechlike(2.0, SR, seed=s)) for s in range(6)])
@@ -213,6 +214,7 @@ def test_p_single_gives_that_share_of_clips_exactly_one_enabled_effect():
     assert all([e["kind"] for e in r] == ["eq", "clip"] for r in rec)
 
 
+@pytest.mark.slow
 def test_python_random_draws_are_seeded_and_follow_the_probabilities():
     """Training draws its parameters from random.Random (no torch call per draw); the test sets keep
     the torch generator's stream."""

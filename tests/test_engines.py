@@ -12,8 +12,10 @@ import torch
 
 from restore import weights
 from restore.codec import build_codec
-from restore.engines.base import build_engine, resolve_plan
-from restore.engines.split_mlp import SecondEngine, SplitSwiGLU, sweep
+from restore.engines.engine import Engine
+from restore.engines.factory import build_engine
+from restore.engines.plan import resolve_plan
+from restore.engines.split import SecondEngine, SplitSwiGLU, split_model, sweep
 from restore.engines.trace import Tracer
 from restore.model.layers import SwiGLU
 from restore.pipeline.loop import generate_latents
@@ -79,8 +81,10 @@ def test_sweep_picks_a_share_and_drops_unsplit_weights(model_dir):
     sot = ctx.rows(slice(2, 3))
     with torch.no_grad():
         ref = model.velocity(x, torch.tensor([0.5]), sot)
-        share, times = sweep(model, lambda: model.velocity(x, torch.tensor([0.5]), sot), (0.0, 0.5), "cpu",
-                             torch.float32, second)
+        originals = [b.mlp for b in model.blocks]
+        share, times = sweep(lambda s: split_model(model, s, "cpu", torch.float32, second, originals),
+                             lambda: model.velocity(x, torch.tensor([0.5]), sot), (0.0, 0.5))
+        del originals
         assert rel(model.velocity(x, torch.tensor([0.5]), sot), ref) < 1e-5
     assert share in times and set(times) == {0.0, 0.5}
     assert all(isinstance(b.mlp, SplitSwiGLU) for b in model.blocks)
@@ -99,6 +103,15 @@ def run_window(eng, codec, seed=0, steps=4, guided_until=0.5):
         pass
     eng.idle()
     return obs, x, eng.result(eng.decode_async(x))
+
+
+@pytest.mark.parametrize("plan_name", ["cpu", "split"])
+def test_every_plan_builds_an_engine(model_dir, plan_name):
+    eng = engine(plan_name, model_dir)
+    try:
+        assert isinstance(eng, Engine)
+    finally:
+        eng.close()
 
 
 def test_split_plan_matches_cpu_plan(model_dir):
@@ -125,6 +138,7 @@ def test_split_plan_matches_cpu_plan(model_dir):
         split_eng.close()
 
 
+@pytest.mark.slow
 def test_compiled_cpu_plan_matches_eager(model_dir):
     files = weights.load(model_dir)
     model, codec = weights.build_model(files), build_codec(files.codec)
@@ -147,6 +161,7 @@ def test_compile_is_refused_where_it_does_not_apply(name, mode):
         resolve_plan(name, "cpu", compile=mode)
 
 
+@pytest.mark.slow
 def test_codec_runs_only_in_declared_idle_time(model_dir):
     eng = engine("split", model_dir)
     try:
@@ -167,6 +182,7 @@ def test_codec_runs_only_in_declared_idle_time(model_dir):
         eng.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill", "hang"])
 def test_worker_fault_falls_back_to_the_main_process(model_dir, fault):
     ref_eng = engine("cpu", model_dir)

@@ -83,6 +83,7 @@ def test_growing_to_no_more_layers_is_refused(trained):
         deepen(weights.load(trained), 2)
 
 
+@pytest.mark.slow
 def test_the_script_writes_a_model_folder_that_train_py_starts_from(trained, train_data_dir, tmp_path):
     out = tmp_path / "grown"
     run = [sys.executable, str(ROOT / "scripts/grow_model.py"), str(trained), "--layers", "4", "--out", str(out),
@@ -144,6 +145,7 @@ def test_widening_needs_a_larger_multiple_of_the_head_size(trained):
         widen(files, 128, 64)
 
 
+@pytest.mark.slow
 def test_the_script_widens_and_deepens_into_a_folder_train_py_starts_from(trained, train_data_dir, tmp_path):
     out = tmp_path / "wide"
     run = [sys.executable, str(ROOT / "scripts/grow_model.py"), str(trained), "--layers", "3", "--width", "96",

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from restore.config import CodecConfig
@@ -65,6 +66,7 @@ def test_masked_frames_do_not_count():
     assert d(est, ref, mask).item() == 0.0 and d(est, ref).item() > 1.0
 
 
+@pytest.mark.slow
 def test_mel_weight_joins_the_objective_and_the_log_keeps_the_flow_loss(train_data_dir, tmp_path):
     plain = trainer(train_data_dir, tmp_path / "a")
     mel = trainer(train_data_dir, tmp_path / "b", mel_weight=0.5)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import soundfile as sf
 
 from tests.conftest import speechlike
@@ -45,6 +46,7 @@ def peak_rss_mb(src, out, model):
     return result["maxrss_kb"] / 1024  # Linux reports kilobytes
 
 
+@pytest.mark.slow
 def test_peak_rss_flat_in_file_length(tmp_path, tiny_model):
     short, long = tmp_path / "one.wav", tmp_path / "ten.wav"
     write_minutes(short, 1)

@@ -1,7 +1,7 @@
 """The MLX engine and the apple plan on Linux (mlx[cpu]: no GPU, so both MLP shares run on CPU streams,
 the same graph as a Mac's GPU + CPU split). Tolerances: relative L2 of the velocity against the fp32
 torch reference, 1e-5 in fp32 (measured ~5e-7) and 2e-2 with bf16 GEMMs (measured 3e-5-7e-5 on this tiny
-model; on real weights, README "What is tested where"); audio from the apple plan against the cpu plan, 1e-4."""
+model; on real weights, docs/apple.md); audio from the apple plan against the cpu plan, 1e-4."""
 
 import numpy as np
 import pytest
@@ -13,11 +13,11 @@ mx = pytest.importorskip("mlx.core")
 from restore import weights  # noqa: E402
 from restore.codec import build_codec  # noqa: E402
 from restore.config import WindowConfig  # noqa: E402
-from restore.engines import base  # noqa: E402
-from restore.engines.base import Plan, build_engine, resolve_plan  # noqa: E402
-from restore.engines.mlx_engine import MLXEngine, SplitSwiGLU  # noqa: E402
+from restore.engines import plan as plan_mod  # noqa: E402
+from restore.engines.factory import build_engine  # noqa: E402
+from restore.engines.mlx_branches import MLXBranches, SplitSwiGLU  # noqa: E402
+from restore.engines.plan import Plan, resolve_plan  # noqa: E402
 from restore.engines.mlx_model import SwiGLU, conv_weight_names, load  # noqa: E402
-from restore.engines.torch_engine import TorchEngine  # noqa: E402
 from restore.pipeline.restorer import Restorer  # noqa: E402
 
 T = 40
@@ -46,15 +46,14 @@ def window(model_dir):
     model, codec = weights.build_model(files), build_codec(files.codec)
     wave = torch.randn(1, N, generator=torch.Generator().manual_seed(1)) * 0.05
     obs = codec.encode(wave)
-    ref = TorchEngine(model, codec, Plan("cpu", "cpu", torch.float32))
+    ref = build_engine(Plan("cpu", "cpu", torch.float32), model, codec)
     ref.begin_window(wave, obs, ["a few words"])
     x = torch.randn(1, T, codec.latent_dim, generator=torch.Generator().manual_seed(2))
     return model, codec, wave, obs, x, ref.velocities(x, 0.7, True), ref.velocities(x, 0.3, False)
 
 
-def mlx_engine(model_dir, model, codec, dtype=torch.float32, share=0.3, compile=False):
-    return MLXEngine(model, codec, Plan("apple", "cpu", dtype, mlp_share=share, engine="mlx"),
-                     model_dir=model_dir, compile=compile)
+def mlx_branches(model_dir, model, codec, dtype=torch.float32, share=0.3, compile=False):
+    return MLXBranches(Plan("apple", "cpu", dtype, mlp_share=share, engine="mlx"), model_dir, compile=compile)
 
 
 def test_weights_load_under_the_reference_names(model_dir):
@@ -72,10 +71,10 @@ def test_weights_load_under_the_reference_names(model_dir):
         assert np.array_equal(np.array(params[name]), want.numpy()), name
 
 
-@pytest.mark.parametrize("share,compile", [(0.0, False), (0.3, True)])
+@pytest.mark.parametrize("share,compile", [(0.0, False), pytest.param(0.3, True, marks=pytest.mark.slow)])
 def test_velocity_matches_torch_fp32(model_dir, window, share, compile):
     model, codec, wave, obs, x, guided, unguided = window
-    eng = mlx_engine(model_dir, model, codec, share=share, compile=compile)
+    eng = mlx_branches(model_dir, model, codec, share=share, compile=compile)
     eng.begin_window(wave, obs, ["a few words"])
     for got, want in zip(eng.velocities(x, 0.7, True), guided):  # rows u, so, sot
         assert rel(got, want) < 1e-5
@@ -84,7 +83,7 @@ def test_velocity_matches_torch_fp32(model_dir, window, share, compile):
 
 def test_velocity_bf16_within_tolerance(model_dir, window):
     model, codec, wave, obs, x, guided, _ = window
-    eng = mlx_engine(model_dir, model, codec, dtype=torch.bfloat16, share=0.3)
+    eng = mlx_branches(model_dir, model, codec, dtype=torch.bfloat16, share=0.3)
     eng.begin_window(wave, obs, ["a few words"])
     mlp = eng.mlx.blocks[0].mlp
     assert mlp.gate_m.dtype == mx.bfloat16 and mlp.gate_s.dtype == mx.float32  # GPU share bf16, CPU share fp32
@@ -94,7 +93,7 @@ def test_velocity_bf16_within_tolerance(model_dir, window):
 
 def test_sweep_picks_a_share_and_drops_unsplit_weights(model_dir, window):
     model, codec, wave, obs, x, guided, _ = window
-    eng = mlx_engine(model_dir, model, codec, share=None)
+    eng = mlx_branches(model_dir, model, codec, share=None)
     assert all(isinstance(b.mlp, SwiGLU) for b in eng.mlx.blocks)
     eng.begin_window(wave, obs, ["a few words"])  # the first window sweeps
     assert eng.share in eng.swept and set(eng.swept) == {0.0, 0.25, 0.5}
@@ -106,7 +105,7 @@ def test_split_copies_own_their_memory(model_dir, window):
     """Dropping the unsplit MLPs frees their bytes: the split copies are not views that keep them alive."""
     from mlx.utils import tree_flatten
     model, codec = window[:2]
-    eng = mlx_engine(model_dir, model, codec, share=None)
+    eng = mlx_branches(model_dir, model, codec, share=None)
     unsplit = sum(v.nbytes for b in eng.mlx.blocks for _, v in tree_flatten(b.mlp.parameters()))
     originals = eng.split(0.3)
     assert all(isinstance(b.mlp, SplitSwiGLU) for b in eng.mlx.blocks)
@@ -116,12 +115,12 @@ def test_split_copies_own_their_memory(model_dir, window):
 
 
 def test_auto_plan_is_apple_on_apple_silicon(monkeypatch):
-    monkeypatch.setattr(base.platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(base.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(plan_mod.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(plan_mod.platform, "machine", lambda: "arm64")
     plan = resolve_plan("auto", worker_backend="torch")
     assert plan.name == "apple" and plan.engine == "mlx" and plan.worker and plan.split
     assert resolve_plan("auto", "cpu").name == "cpu"  # a named device keeps its plan
-    monkeypatch.setattr(base.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(plan_mod.platform, "machine", lambda: "x86_64")
     assert resolve_plan("auto").name == "cpu"
 
 
@@ -146,6 +145,7 @@ def test_apple_engine_matches_the_cpu_plan(model_dir, window):
         eng.close()
 
 
+@pytest.mark.slow
 def test_end_to_end_restore_with_the_apple_plan(model_dir, wav, tmp_path):
     path = wav("in.wav", seconds=5.0)  # conftest's speech-like signal
     outs = {}

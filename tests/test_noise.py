@@ -41,7 +41,7 @@ def test_noise_draws_counts_the_start_and_each_stochastic_step(preset, draws):
 
 
 def test_gpu_noise_threads_default_and_override(monkeypatch):
-    from restore.engines.base import gpu_noise_threads
+    from restore.engines.plan import gpu_noise_threads
 
     monkeypatch.delenv("RESTORE_NOISE_THREADS", raising=False)
     assert 1 <= gpu_noise_threads() <= 8

@@ -4,6 +4,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("matplotlib")  # an eval extra
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +85,7 @@ def test_synthesised_speech_joins_training_only_with_its_own_text(tmp_path):
     assert np.load(out / "val.npz")["clean"].shape == (1, 30 * SR)  # the dev speaker is validation only
 
 
+@pytest.mark.slow
 def test_validation_windows_can_come_from_training_speech_and_noises(tmp_path):
     """--val-speech train / --val-noise train: the same draw of validation windows, but of speech the
     model was trained on, or degraded with the training noises and rooms (scripts/validate_model.py

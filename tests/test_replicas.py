@@ -54,6 +54,7 @@ def _replica(rank: int, port: int, out: str) -> None:
     rep.close()
 
 
+@pytest.mark.slow
 def test_replicas_average_agree_gather_and_check(tmp_path):
     mp.spawn(_replica, args=(free_port(), str(tmp_path)), nprocs=2)
     r0, r1 = (json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1))
@@ -83,6 +84,7 @@ def train(data, out, nproc, minutes, *extra):
     return subprocess.run(launcher + script, capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow
 def test_two_replicas_train_one_model_and_resume(train_data_dir, tmp_path):
     out = tmp_path / "run"
     done = train(train_data_dir, out, 2, 0.05)

@@ -43,6 +43,7 @@ def test_euler_converges_to_exact_ode_solution():
         assert 3.0 < coarse / fine < 5.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("churn", [0.0, 0.3, 1.0])
 def test_samples_have_the_data_distribution(churn):
     g = torch.Generator().manual_seed(0)

@@ -1,7 +1,7 @@
 """Every script runs from a bare checkout, as on the GPU machine, where `restore` is not installed.
 
 A script that imports `restore` without putting its checkout on the path fails there with
-ModuleNotFoundError (session 10's throughput benchmark was lost that way). Each script is run with
+ModuleNotFoundError (a GPU benchmark was once lost that way). Each script is run with
 --help from another folder, with the editable install's import hook removed.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p for p in (ROOT / "scripts").glob("*.py") if "from restore" in p.read_text())
 

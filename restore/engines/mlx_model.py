@@ -5,8 +5,8 @@ One layout conversion at load, and only one: a torch Conv1d weight is (out, in, 
 (out, k, in) because MLX convolves channels-last. `load` transposes the encoder's conv weights.
 
 Precision: the residual stream, norms, modulation and the per-window encoders stay in fp32; the trunk's
-GEMMs take their inputs in the weights' dtype (bf16 on the GPU). The seed measured that most of a bf16
-forward pass's error comes from its GEMM inputs, so nothing else is rounded.
+GEMMs take their inputs in the weights' dtype (bf16 on the GPU). Most of a bf16 forward pass's error
+comes from its GEMM inputs (measured), so nothing else is rounded.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and codec work only in idle time that the main process declares.
 
 Arrays cross the process boundary through shared memory allocated once per shape (fixed window
 shapes), never as pickled copies; the pipe carries only small control messages. The backend here is
-torch on the CPU; a Core ML backend runs the same chunks on the Neural Engine (restore.engines.coreml).
+torch on the CPU; a Core ML backend runs the same chunks on the Neural Engine (coreml_runtime.py).
 
 Protocol (main -> worker): ("window",) the so conditions are in `cond`; ("step", t) x is in `x`, reply
 ("stepped", events) with v_so, v_u in `v`; ("encode", job) / ("decode", job) queue codec work on the

@@ -1,6 +1,6 @@
 """One file's way through the pipeline: validated on opening, cut into level-normalised windows,
-and put back together (crossfade, resampling to the output rate, atomic write) as restored windows
-arrive. A restorer drives many of these at once when it batches windows of several files."""
+and put back together (crossfade, resampling to the output rate, the output level, atomic write) as
+restored windows arrive. A restorer drives many of these at once when it batches windows of several files."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ import numpy as np
 import torch
 
 from .. import audio, text as text_mod
-from ..config import SamplerConfig
 from ..errors import UsageError
+from ..options import RestoreOptions
+from .post import LevelledOutput
 from .windows import Geometry, Stitcher, windows
 
-LEVEL_RMS = 0.05      # the input level the model was trained at (restore.training.batches.LEVEL_RMS)
-CHANNEL_MODES = ("auto", "each", "mix")
-LEVEL_MODES = ("input", "model")
+LEVEL_RMS = 0.05  # the input level the model was trained at (restore.training.batches.LEVEL_RMS)
 
 
 @dataclass
@@ -33,7 +32,7 @@ class FileReport:
     sample_rate_out: int
     channels_in: int
     channels_restored: int
-    sampler: dict
+    sampler: dict            # the sampler's and the post-processing's settings, as resolved
     seed: int
     transcript: str          # "given", "sidecar" or "none"
     clipped_samples: int = 0
@@ -78,26 +77,21 @@ def find_transcript(path: Path, transcript: str | None) -> tuple[str | None, str
 class FileJob:
     """Opening validates everything before any model work; the output file appears on `finish`."""
 
-    def __init__(self, input: str | Path, output: str | Path, *, model_rate: int, geometry: Geometry,
-                 cfg: SamplerConfig, seed: int = 0, transcript: str | None = None, channels: str = "auto",
-                 sample_rate: int | None = None, overwrite: bool = True, tracer=None, level: str = "input"):
+    def __init__(self, input: str | Path, output: str | Path, options: RestoreOptions, *, model_rate: int,
+                 geometry: Geometry, settings: dict, overwrite: bool = True, tracer=None):
+        """`settings`: the resolved sampler and post-processing settings, for the report."""
         self.started = time.perf_counter()
         self.input, self.output = Path(input), Path(output)
-        self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, seed, tracer
-        if channels not in CHANNEL_MODES:
-            raise UsageError(f"--channels must be one of {', '.join(CHANNEL_MODES)}, got {channels!r}")
-        if level not in LEVEL_MODES:
-            raise UsageError(f"--level must be one of {', '.join(LEVEL_MODES)}, got {level!r}")
-        if sample_rate is not None and not audio.MIN_RATE <= sample_rate <= audio.MAX_RATE:
-            raise UsageError(f"--sample-rate must be {audio.MIN_RATE}-{audio.MAX_RATE} Hz, got {sample_rate}")
+        self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, options.seed, tracer
         self.info = info = audio.probe(self.input)
         audio.check_output(self.input, self.output, overwrite)
         levels = audio.scan(info)
-        self.text, text_source = find_transcript(self.input, transcript)
-        self.mix = channels == "mix" or (channels == "auto" and levels.channels_identical)
+        self.text, text_source = find_transcript(self.input, options.transcript)
+        self.mix = options.channels == "mix" or (options.channels == "auto" and levels.channels_identical)
         self.rows = 1 if self.mix else info.channels
-        self.out_channels = 1 if channels == "mix" else info.channels
-        self.out_rate = sample_rate or info.sample_rate
+        self.out_channels = 1 if options.channels == "mix" else info.channels
+        self.out_rate = options.sample_rate or info.sample_rate
+        # the model hears every window at the level it was trained at; its output is scaled back (deliver)
         self.gain = LEVEL_RMS / max(levels.rms, 1e-6)
         self.total = int(round(info.frames * model_rate / info.sample_rate))
         self.count = geometry.count(self.total)
@@ -110,14 +104,11 @@ class FileJob:
         self.delivered = 0
         self.failed: Exception | None = None
         self.report = FileReport(str(self.input), str(self.output), info.duration, 0.0, self.count,
-                                 info.sample_rate, self.out_rate, info.channels, self.rows, cfg.to_dict(), seed,
-                                 text_source, level=level)
-        # The model's estimate can come out far quieter than the speech it restores (one step gives a
-        # conditional mean, which shrinks what it is unsure of: ~12 dB on reverberant speech), so by
-        # default the file is levelled to the input's own RMS.
-        self.writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels,
-                                         audio.output_subtype(info, self.output.suffix.lower()),
-                                         level=levels.rms if level == "input" else None)
+                                 info.sample_rate, self.out_rate, info.channels, self.rows, settings, self.seed,
+                                 text_source, level=options.level)
+        writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels,
+                                    audio.output_subtype(info, self.output.suffix.lower()))
+        self.out = LevelledOutput(writer, levels.rms if options.level == "input" else None)
 
     def windows(self) -> Iterator[Window]:
         sr = self.model_rate
@@ -144,16 +135,16 @@ class FileJob:
             block = np.concatenate([block, np.zeros((self.expected - self.written - len(block), self.rows), np.float32)])
         if len(block):
             with self.tracer.span("write", "io"):
-                self.writer.write(np.repeat(block, self.out_channels, axis=1)
-                                  if self.rows == 1 and self.out_channels > 1 else block)
+                self.out.write(np.repeat(block, self.out_channels, axis=1)
+                               if self.rows == 1 and self.out_channels > 1 else block)
             self.written += len(block)
 
     def finish(self, warnings: list[str]) -> FileReport:
-        self.writer.commit()
+        self.out.commit()
         r = self.report
-        r.clipped_samples = self.writer.clipped
-        r.level_gain_db = None if self.writer.gain_db is None else round(self.writer.gain_db, 2)
-        r.level_limited = self.writer.limited
+        r.clipped_samples = self.out.writer.clipped
+        r.level_gain_db = None if self.out.gain_db is None else round(self.out.gain_db, 2)
+        r.level_limited = self.out.limited
         r.warnings += warnings
         if r.clipped_samples:
             r.warnings.append(f"{r.clipped_samples} output samples were clipped to full scale")
@@ -161,4 +152,4 @@ class FileJob:
         return r
 
     def abort(self) -> None:
-        self.writer.abort()
+        self.out.abort()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
 from typing import Callable, Iterable, Iterator
@@ -15,13 +15,14 @@ import torch
 
 from .. import weights
 from ..codec import build_codec
-from ..config import SamplerConfig, WindowConfig
-from ..engines.base import Plan, build_engine, resolve_plan
+from ..config import PostConfig, SamplerConfig, WindowConfig
+from ..engines.factory import build_engine
+from ..engines.plan import Plan, resolve_plan
 from ..engines.trace import Tracer
-from ..sampling import guided_steps
 from ..errors import InputError, RestoreError, UsageError
-from .job import CHANNEL_MODES, LEVEL_RMS, FileJob, FileReport, Window, find_transcript  # noqa: F401
-from .keep import keep_input
+from ..options import RestoreOptions
+from . import post as post_mod
+from .job import FileJob, FileReport, Window
 from .loop import generate_latents, noise_draws
 from .noise import WindowNoise
 from .windows import Geometry
@@ -37,54 +38,12 @@ class Progress:
     steps: int
 
 
-def sampler_config(sampler: str = "pro", steps: int | None = None, guidance: float | None = None,
-                   model_presets: dict | None = None, strength: float | None = None,
-                   keep: str | float | None = None) -> SamplerConfig:
-    """The preset, then the model's own overrides of it (config.json `samplers`), then the caller's."""
-    try:
-        cfg = SamplerConfig.preset(sampler)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    cfg = replace(cfg, **(model_presets or {}).get(sampler, {}))
-    if steps is not None:
-        if steps < 1:
-            raise UsageError(f"--steps must be at least 1, got {steps}")
-        cfg = replace(cfg, steps=steps)
-    if guidance is not None:
-        if guidance < 0:
-            raise UsageError(f"--guidance must be 0 or more, got {guidance}")
-        cfg = replace(cfg, w_so=guidance, w_t=guidance)
-        if not any(guided_steps(cfg.steps, cfg.guided_until)):
-            raise UsageError(f"--guidance has no effect here: none of the {cfg.steps} step(s) of '{sampler}' "
-                             f"runs the guidance branches (the first {cfg.guided_until:g} of the steps do, "
-                             f"rounded); use --steps 2 or more")
-    if strength is not None:
-        if not 0.0 <= strength <= 2.0:
-            raise UsageError(f"--strength must be between 0 and 2, got {strength}")
-        cfg = replace(cfg, strength=strength)
-    if keep is not None:
-        cfg = replace(cfg, keep_db=_keep_db(keep))
-    return cfg
-
-
-def _keep_db(keep: str | float) -> float | None:
-    """--keep-input: 'off', or a level in dB (restore/pipeline/keep.py)."""
-    if str(keep).strip().lower() == "off":
-        return None
-    try:
-        db = float(keep)
-    except ValueError:
-        raise UsageError(f"--keep-input takes 'off' or a level in dB, got {keep!r}") from None
-    if not -20.0 <= db <= 40.0:
-        raise UsageError(f"--keep-input must be 'off' or between -20 and 40 dB, got {keep}")
-    return db
-
-
 class Restorer:
     """Loads a model once and restores files with it.
 
     >>> r = Restorer()                       # the shipped default model, best plan for this machine
     >>> r.restore_file("in.wav", "out.wav", sampler="flash")
+    >>> r.restore_file("in.wav", "out.wav", RestoreOptions(sampler="flash", seed=1))
     """
 
     def __init__(self, model: str | Path | None = None, *, plan: str | Plan = "auto", device: str = "auto",
@@ -94,7 +53,7 @@ class Restorer:
             self.plan = plan if isinstance(plan, Plan) else resolve_plan(plan, device, mlp_share, compile=compile)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        self.model_dir = Path(model) if model is not None else weights.DEFAULT_MODEL
+        self.model_dir = weights.find_model(model)
         self.files = weights.load(self.model_dir)
         if self.plan.engine == "mlx":  # MLX loads its own weights: a torch copy would double the memory
             from ..model.dit import DiT
@@ -126,38 +85,39 @@ class Restorer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def restore_file(self, input: str | Path, output: str | Path, *, progress: Callable[[Progress], None] | None = None,
-                     **options) -> FileReport:
-        """Restore `input` into `output` (format from its extension, at the input's rate unless
-        `sample_rate` is given); the output appears only when complete. Options: sampler, steps,
-        guidance, strength, keep ("off" or dB), seed, transcript, channels, sample_rate, overwrite,
-        level ("input": as loud as the input, the default; "model": as restored)."""
-        for _, _, result in self.restore_files([(input, output)], progress=progress, **options):
+    def restore_file(self, input: str | Path, output: str | Path, options: RestoreOptions | None = None, *,
+                     overwrite: bool = True, progress: Callable[[Progress], None] | None = None,
+                     **changes) -> FileReport:
+        """Restore `input` into `output` (format from its extension, at the input's rate unless the
+        options' `sample_rate` is given); the output appears only when complete. Options: a
+        RestoreOptions, and/or its fields as keyword arguments (sampler, steps, guidance, strength,
+        keep_input, seed, transcript, channels, sample_rate, level)."""
+        options = RestoreOptions.of(options, **changes)
+        for _, _, result in self.restore_files([(input, output)], options, overwrite=overwrite, progress=progress):
             if isinstance(result, RestoreError):
                 raise result
             return result
         raise AssertionError("unreachable: one file in, one result out")
 
-    def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], *, sampler: str = "pro",
-                      steps: int | None = None, guidance: float | None = None, strength: float | None = None,
-                      keep: str | float | None = None, batch_rows: int = 1,
-                      progress: Callable[[Progress], None] | None = None, **options
+    def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], options: RestoreOptions | None = None,
+                      *, overwrite: bool = True, batch_rows: int = 1,
+                      progress: Callable[[Progress], None] | None = None, **changes
                       ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
         """Restore many files, yielding (input, output, report or error) as each one finishes. Windows
         of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
         faster so); each window keeps its own seed, so batching does not change the audio. A file that
         cannot be opened, or fails, is reported and the others go on."""
-        cfg = sampler_config(sampler, steps, guidance, self.files.samplers, strength, keep)
-        if cfg.strength != 1.0 and self.skip is None:
-            raise UsageError("--strength needs a model with the observation skip (precondition obs_skip)")
+        options = RestoreOptions.of(options, **changes)
+        cfg, post = options.resolve(self.files.samplers, has_skip=self.skip is not None)
+        settings = {**cfg.to_dict(), **post.to_dict()}
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
 
         def all_windows() -> Iterator[Window]:
             for src, dst in pairs:
                 try:
-                    job = FileJob(src, dst, model_rate=self.sample_rate, geometry=self.geometry, cfg=cfg,
-                                  tracer=self.tracer, **options)
+                    job = FileJob(src, dst, options, model_rate=self.sample_rate, geometry=self.geometry,
+                                  settings=settings, overwrite=overwrite, tracer=self.tracer)
                 except RestoreError as e:
                     failed.append((Path(src), Path(dst), e))
                     continue
@@ -169,15 +129,16 @@ class Restorer:
                     yield Window(job, -1, None, 0, [])
 
         try:
-            yield from self._deliver(_prefetch(_batched(all_windows(), batch_rows)), cfg, progress, failed, open_jobs)
+            batches = _prefetch(_batched(all_windows(), batch_rows))
+            yield from self._deliver(batches, cfg, post, progress, failed, open_jobs)
         finally:
             for job in list(open_jobs):  # an error or interruption: no half-written outputs stay behind
                 job.abort()
 
-    def _deliver(self, batches, cfg, progress, failed, open_jobs):
+    def _deliver(self, batches, cfg: SamplerConfig, post: PostConfig, progress, failed, open_jobs):
         """Route each restored window to its file; yield files as they finish or fail."""
         warned = len(self.engine.warnings)
-        for batch, outs in self._pipeline(batches, cfg, progress):
+        for batch, outs in self._pipeline(batches, cfg, post, progress):
             while failed:
                 yield failed.pop(0)
             for w, out in zip(batch, outs):
@@ -205,7 +166,7 @@ class Restorer:
         while failed:
             yield failed.pop(0)
 
-    def _pipeline(self, batches: Iterator[list[Window]], cfg: SamplerConfig, progress
+    def _pipeline(self, batches: Iterator[list[Window]], cfg: SamplerConfig, post: PostConfig, progress
                   ) -> Iterator[tuple[list[Window], list[np.ndarray]]]:
         """Batches through the engine, codec work overlapped with sampling: batch k+1's encode is queued
         before batch k samples, and batch k's decode after it; plans with a worker run both in the idle
@@ -224,7 +185,7 @@ class Restorer:
             latents = None
             if obs is not None:
                 with self.tracer.span(f"batch {k + 1}", "pipeline"):
-                    latents = self._sample(live(cur), obs, cfg, progress)
+                    latents = self._sample(live(cur), obs, cfg, post, progress)
                 eng.idle()  # between batches the worker's engine has no branch to run
             if pending is not None:
                 yield self._split(*pending)
@@ -234,23 +195,24 @@ class Restorer:
             yield self._split(*pending)
 
     @torch.inference_mode()
-    def _sample(self, batch: list[Window], obs: torch.Tensor, cfg: SamplerConfig, progress) -> torch.Tensor:
-        """One sampler loop over a batch of windows -> latents (R, T, D). Each window draws its noise from
-        its own generator, seeded by (seed, window index): the audio does not depend on batching."""
+    def _sample(self, batch: list[Window], obs: torch.Tensor, cfg: SamplerConfig, post: PostConfig, progress
+                ) -> torch.Tensor:
+        """One sampler loop over a batch of windows, then the post-processing -> latents (R, T, D). Each
+        window draws its noise from its own generator, seeded by (seed, window index): the audio does not
+        depend on batching."""
         wave = torch.cat([w.wave for w in batch])
         self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts])
         noise = WindowNoise([w.job.seed * 1_000_003 + w.index for w in batch], [w.wave.shape[0] for w in batch],
                             obs.shape[1:], noise_draws(cfg), self.plan.device, self.noise_pool)
         first = batch[0]
-        latents = None
+        start = noise().float().to(self.plan.device)
         skip = self.skip.bind(obs) if self.skip is not None else None
-        for i, latents in generate_latents(self.engine, noise(), cfg, noise, self.plan.device, skip,
-                                           self.codec.level_gain):
+        lin = post_mod.linear_estimate(skip, start, cfg) if post.strength != 1.0 else None
+        latents = None
+        for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
-        if cfg.keep_db is not None:
-            latents = keep_input(self.codec, obs, latents, cfg.keep_db)
-        return latents
+        return post_mod.finish(self.codec, post, obs, latents, lin)
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
         audio = self.engine.result(handle).float().cpu().numpy() if handle is not None else None

@@ -1,9 +1,9 @@
 """Weight averaging: runs continued from the same weights, averaged parameter by parameter.
 
 Two runs that start from one model and differ only in their data settings stay close enough in weight
-space that their mean is a model too, and often one with the strengths of both (session 10: r9 and
-r9-clean, `docs/eval/r9-devset/`). The mean is taken in float32 and stored as the exports are
-(`restore.weights.save`, float16 shards).
+space that their mean is a model too, sometimes one with the strengths of both (a run with undamaged
+windows and one without, in the shipped model's line: docs/training.md). The mean is taken in float32
+and stored as the exports are (`restore.weights.save`, float16 shards).
 """
 
 from __future__ import annotations

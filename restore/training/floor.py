@@ -2,7 +2,8 @@
 
 The clean recordings (LibriSpeech above all) carry their own room tone and hiss. A model trained to
 reproduce them reproduces that floor too: its DNSMOS BAK stops at the clean references' level, while a
-suppressor such as RNNoise goes beyond it (docs/training.md, "The targets' own noise floor"). This
+suppressor such as RNNoise goes beyond it (`TrainConfig.target_floor_db`; tried, not used by the
+shipped model: it bought background with words and PESQ, docs/training.md). This
 lowers the floor of each clean utterance before it becomes a training target: a power spectral
 subtraction against the utterance's own steady floor (a low percentile of each frequency bin over
 time), with the gain bounded below, so the floor drops by at most `depth_db` and loud speech bins

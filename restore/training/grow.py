@@ -9,9 +9,9 @@ network's function unchanged, and training starts from where the shallower model
 output projections get gradients at once, the rest of each copy as soon as those move. Copies go after
 blocks spread evenly over the depth (8 -> 12 layers: after blocks 1, 3, 5 and 7).
 
-The 8-layer trunk is 54 ms of a 32-window training step on the H200 and 12 layers 74 ms
-(`docs/bench/h200/train_step/`): more depth costs steps, so it is a bet on capacity, measured side by
-side against the shallower model continued (docs/training.md).
+The 8-layer trunk is 54 ms of a 32-window training step on the H200 and 12 layers 74 ms: more depth
+costs steps, so it is a bet on capacity, to be measured side by side against the shallower model
+continued (docs/training.md).
 """
 
 from __future__ import annotations

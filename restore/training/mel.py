@@ -2,8 +2,8 @@
 recogniser's front end sees it.
 
 The flow loss is a mean square over the compressed STFT latents, two-thirds of whose energy lies below
-1 kHz; above 3 kHz the one-step estimate is close to predicting nothing (relative error 0.82-0.93,
-`docs/eval/r28-devset/probe_rank.txt`), and that is where the consonants are. A recogniser's mel bands
+1 kHz; above 3 kHz the one-step estimate was close to predicting nothing (relative error 0.82-0.93 per
+band on the validation windows), and that is where the consonants are. A recogniser's mel bands
 (pocketsphinx's defaults: 40 bands from 133 to 6855 Hz, on the log of their energy) give the upper bands
 as much say as the lower and compare them by ratio. `TrainConfig.mel_weight` adds this distance of the
 estimate of the clean latents, x0 = x_t - t v, to the flow loss.

@@ -18,6 +18,7 @@ def _noisy(clean: np.ndarray, snr_db: float = 10.0) -> tuple[np.ndarray, np.ndar
     return clean + noise, noise
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("denoise", [noisereduce_denoise, rnnoise_denoise])
 def test_denoiser_keeps_length_and_timing_and_removes_noise_in_pauses(speech, denoise):
     clean = speech(4.0, seed=2)

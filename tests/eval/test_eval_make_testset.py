@@ -56,6 +56,7 @@ def _digest(folder):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.wav"))}
 
 
+@pytest.mark.slow
 def test_builds_layout_and_manifest(data_root, tmp_path):
     root, split = data_root
     out = tmp_path / "set"
@@ -102,6 +103,7 @@ def test_is_deterministic_and_seed_dependent(data_root, tmp_path):
     assert _digest(tmp_path / "a" / "degraded") != _digest(tmp_path / "c" / "degraded")
 
 
+@pytest.mark.slow
 def test_asr_fills_missing_transcripts(data_root, tmp_path):
     pytest.importorskip("pocketsphinx")
     root, split = data_root

@@ -44,6 +44,7 @@ def test_dnsmos_model_version_names_the_bundled_onnx_file():
     assert "sig_bak_ovr.onnx" in v and "sha256:" in v and "speechmos-" in v
 
 
+@pytest.mark.slow
 def test_speaker_similarity_identity_noise_and_other_voice(speech):
     a = speech(5.0, seed=3, f0=110, tilt=1.0)
     other = speech(5.0, seed=4, f0=230, tilt=2.0)
@@ -66,6 +67,7 @@ def test_cosine_known_values():
     assert cosine([1, 0], [-3, 0]) == pytest.approx(-1.0)
 
 
+@pytest.mark.slow
 def test_asr_is_deterministic_whatever_was_decoded_before(speech):
     # pocketsphinx carries its cepstral mean from one utterance to the next (with these two
     # signals a plain decoder gives two different transcripts for `a`); transcribe() resets it,

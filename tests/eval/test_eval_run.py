@@ -18,6 +18,7 @@ def _args(root, systems, out, cache, *extra):
             "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_run_writes_report_csvs_and_plots(tiny_testset, tmp_path):
     root, systems = tiny_testset
     out = tmp_path / "report"
@@ -42,6 +43,7 @@ def test_run_writes_report_csvs_and_plots(tiny_testset, tmp_path):
     assert float(si["delta"]) == pytest.approx(6.0, abs=0.3) and si["verdict"] == "better"
 
 
+@pytest.mark.slow
 def test_second_run_only_scores_new_system(tiny_testset, tmp_path):
     import json
 

@@ -1,0 +1,128 @@
+"""Plans: which engine runs which branch, how the sot MLPs are split, and where codec work runs.
+
+| plan   | sot                                   | so, u                        | codec                    |
+| ------ | ------------------------------------- | ---------------------------- | ------------------------ |
+| cpu    | CPU, branch after branch (measured)   | (same engine)                | CPU                      |
+| cuda   | GPU (bf16), all branches batched      | (same batch)                 | GPU                      |
+| split  | main device, MLPs split with the CPU  | chunk worker process (torch) | worker, declared idle    |
+| apple  | MLX GPU, MLPs split with the CPU      | Core ML worker (Neural Eng.) | worker, declared idle    |
+
+A plan is data, chosen per machine and request; `restore.engines.factory.build_engine` turns it into an
+engine. Every plan gives the same audio for the same seed, within the tolerance of its arithmetic
+(tests/test_engines.py, tests/test_mlx.py). This module imports no engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from dataclasses import dataclass, replace
+
+import torch
+
+PLANS = ("auto", "cpu", "cuda", "split", "apple")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    device: str                     # torch device of the main engine
+    dtype: torch.dtype              # compute dtype of the main engine's GEMMs
+    worker: bool = False            # so/u and codec in the chunk worker process
+    split: bool = False             # sot MLPs split with a second engine (the CPU)
+    mlp_share: float | None = None  # share of each MLP on the second engine; None: sweep on first use
+    batch_branches: bool = True     # the branches of a guided step in one forward (False: baseline for benchmarks)
+    compile: str | None = None      # torch.compile mode for the main engine's forward ("reduce-overhead": CUDA graphs)
+    engine: str = "torch"           # main engine: "torch" or "mlx"
+    worker_backend: str = "torch"   # the worker's chunks: "torch" (CPU) or "coreml" (Neural Engine, macOS)
+    noise_threads: int = 0          # threads drawing the sampler's noise a step ahead (0: inline; restore/pipeline/noise.py)
+
+
+def apple_silicon() -> bool:
+    """An Apple Silicon Mac with MLX installed: where `auto` picks the apple plan."""
+    return platform.system() == "Darwin" and platform.machine() == "arm64" and _importable("mlx.core")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
+
+
+def _apple_plan(mlp_share: float | None, worker_backend: str | None) -> Plan:
+    if not _importable("mlx.core"):
+        raise ValueError("plan 'apple' needs MLX (pip install 'restore[apple]')")
+    import mlx.core as mx
+
+    gpu = mx.is_available(mx.gpu)
+    if worker_backend is None:  # Core ML predicts only on macOS; elsewhere the worker runs the same chunks in torch
+        worker_backend = "coreml" if platform.system() == "Darwin" and _importable("coremltools") else "torch"
+    if worker_backend not in ("torch", "coreml"):
+        raise ValueError(f"unknown worker backend {worker_backend!r}; choose torch or coreml")
+    # bf16 GEMMs on the GPU; without a GPU (mlx[cpu] on Linux) both MLP shares run fp32 on CPU streams
+    return Plan("apple", "cpu", torch.bfloat16 if gpu else torch.float32, worker=True, split=True,
+                mlp_share=mlp_share, engine="mlx", worker_backend=worker_backend)
+
+
+COMPILE_MODES = {"off": None, "default": "default", "cuda-graphs": "reduce-overhead"}
+
+
+def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | None = None,
+                 worker_backend: str | None = None, compile: str = "off") -> Plan:
+    """`auto` picks the fastest plan this machine supports (`apple` on an Apple Silicon Mac with MLX,
+    unless a device is named). `worker_backend` overrides the apple plan's worker (tests on Linux).
+    `compile` (off, default, cuda-graphs) compiles the forward of the cpu and cuda plans."""
+    plan = _resolve(name, device, mlp_share, worker_backend)
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {compile!r}; choose one of {', '.join(COMPILE_MODES)}")
+    if compile == "off":
+        return plan
+    if plan.name not in ("cpu", "cuda"):
+        raise ValueError(f"--compile applies to the cpu and cuda plans, not {plan.name!r}")
+    if compile == "cuda-graphs" and plan.name != "cuda":
+        raise ValueError("--compile cuda-graphs needs the cuda plan")
+    return replace(plan, compile=COMPILE_MODES[compile])
+
+
+def gpu_noise_threads() -> int:
+    """CPU threads for drawing noise while a GPU samples: most of the cores, which the GPU leaves idle,
+    or RESTORE_NOISE_THREADS (0 draws inline). The cpu plan draws inline: its cores run the model."""
+    given = os.environ.get("RESTORE_NOISE_THREADS")
+    if given is not None:
+        if not given.isdigit():
+            raise ValueError(f"RESTORE_NOISE_THREADS must be a whole number of threads, got {given!r}")
+        return int(given)
+    return max(1, min(8, (os.cpu_count() or 2) - 2))
+
+
+def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None) -> Plan:
+    if name not in PLANS:
+        raise ValueError(f"unknown plan {name!r}; choose one of {', '.join(PLANS)}")
+    device_given = device != "auto"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} needs a CUDA GPU, and torch sees none")
+    if name == "auto":
+        name = "cuda" if device.startswith("cuda") else ("apple" if not device_given and apple_silicon() else "cpu")
+    if name == "apple":
+        if device != "cpu":
+            raise ValueError(f"plan 'apple' places its own engines (MLX, Core ML); it takes no device {device!r}")
+        return _apple_plan(mlp_share, worker_backend)
+    if name == "cuda":
+        if not device.startswith("cuda"):
+            raise ValueError("plan 'cuda' needs a CUDA device (--device cuda)")
+        return Plan("cuda", device, torch.bfloat16, noise_threads=gpu_noise_threads())
+    if name == "split":
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        return Plan("split", device, dtype, worker=True, split=True, mlp_share=mlp_share)
+    if device != "cpu":
+        raise ValueError(f"plan 'cpu' runs on the CPU, not {device!r}")
+    # One forward per branch: on a 2-core CPU batching the three branches was no faster (flash 2.23x
+    # against 2.37x realtime, pro 0.50x both, on an 8-layer model) and held 126-152 MB more.
+    return Plan("cpu", "cpu", torch.float32, batch_branches=False)
+
+
+__all__ = ["COMPILE_MODES", "PLANS", "Plan", "apple_silicon", "gpu_noise_threads", "resolve_plan"]

@@ -1,0 +1,198 @@
+"""Post-processing: what happens to the sampler's result before it becomes the output file.
+
+1. **Strength** (`blend_strength`). The sampler always runs at full strength; strength s then keeps
+   lin + s (x - lin) of its result x, where lin is the observation skip's clean estimate at the first
+   step with the network's part left out (`linear_estimate`). At one step that is exactly what a network
+   whose output is scaled by s gives; at more steps it keeps the sampler sound, where scaling every
+   step's correction would leave part of each step's noise in. The linear estimate is a strong shrinkage
+   of the input (gains of ~0.1-0.4 on the latents), so the blend takes the audio energy of the
+   full-strength result, window by window (`Codec.level_gain`).
+
+2. **Keeping the input** (`keep_input`). A one-step restoration is a conditional mean: even where the
+   input was already clean it redraws the speech a little. Where the input is reliable, the input is
+   the better estimate. Per time-frequency bin of the codec's spectrum, with S the restoration
+   (levelled to the input by least squares, per window) and R = Y - S what it took out of the input Y:
+
+       out = S + b R,   b = |S|^2 / (|S|^2 + 10^(keep_db / 10) |R|^2)
+
+   (both powers averaged over 3 x 3 neighbouring bins). Where what was removed lies more than `keep_db`
+   below the restoration, b -> 1 and the input comes back, its own fine structure and phase included;
+   where the restoration removed or added much (noise, reverberation tails, a missing band), b -> 0 and
+   the restoration stays. Higher keep_db keeps less of the input.
+
+3. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
+   at the level it was trained at and its output is scaled back by the same factor
+   (restore/pipeline/job.py); that is the audio "as the model restores it" (`--level model`). A one-step
+   estimate is quiet where it is unsure (reverberant speech comes out ~12 dB below the dry speech), so by
+   default (`--level input`) the finished file is scaled to the input's RMS over its non-silent audio,
+   lowered only as far as keeps its peaks below PEAK_CEILING.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+import torch.nn.functional as F
+
+from ..audio import AtomicWriter, active_power
+from ..config import PostConfig, SamplerConfig
+from ..errors import InputError
+from ..sampling import combine, guided_steps, timesteps
+
+PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
+_TINY = 1e-20
+SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` are averaged over
+
+
+# ---------------------------------------------------------------- on latents
+def linear_estimate(skip, noise: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
+    """The observation skip's clean estimate (B, T, D) from the sampler's starting noise (B, T, D) at its
+    first step, with the network's part left out (raw output zero), guided as that step is."""
+    t = timesteps(sampler.steps, sampler.shift).tolist()[0]
+    guided = guided_steps(sampler.steps, sampler.guided_until)[0]
+    zero = torch.zeros_like(noise)
+    v = skip((zero,) * (3 if guided else 1), noise, t)
+    return noise - t * (combine(*v, sampler.w_so, sampler.w_t) if guided else v[0])
+
+
+def blend_strength(codec, x: torch.Tensor, lin: torch.Tensor, strength: float) -> torch.Tensor:
+    """The full-strength result x and the linear estimate lin (B, T, D) -> lin + strength (x - lin), at
+    the audio energy of x, row by row."""
+    out = lin + strength * (x - lin)
+    return out * codec.level_gain(x, out)
+
+
+def _power(z: torch.Tensor) -> torch.Tensor:
+    """|z|^2 without the square root."""
+    return z.real.square() + z.imag.square()
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """p (B, T, F) averaged over SMOOTH x SMOOTH neighbouring bins."""
+    return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
+
+
+def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float) -> torch.Tensor:
+    """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend."""
+    y, s = codec.spectrum(obs), codec.spectrum(est)
+    s2, dims = _power(s), tuple(range(1, y.ndim))
+    g = ((y * s.conj()).real.sum(dims) / s2.sum(dims).clamp_min(_TINY)).clamp(0.1, 10.0)
+    g = g.reshape(-1, *([1] * (y.ndim - 1)))
+    s = s * g
+    r = y - s
+    num = _local(s2 * g.square())
+    b = num / (num + 10.0 ** (keep_db / 10.0) * _local(_power(r))).clamp_min(_TINY)
+    return codec.latents((s + b * r) / g).to(est.dtype)
+
+
+def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None) -> torch.Tensor:
+    """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, then keeping
+    the input. `lin` (linear_estimate) is needed when the strength is not 1."""
+    if post.strength != 1.0:
+        if lin is None:
+            raise ValueError("a strength other than 1 needs the linear estimate of a model with the observation skip")
+        x = blend_strength(codec, x, lin, post.strength)
+    if post.keep_db is not None:
+        x = keep_input(codec, obs, x, post.keep_db)
+    return x
+
+
+# ---------------------------------------------------------------- on the output file
+class LevelledOutput:
+    """Where a file's restored audio goes. Without a target level it streams straight into `writer`;
+    with one (an RMS over the non-silent audio, as `audio.scan` measures the input) it first goes to a
+    float file beside the output, and `commit()` writes that out scaled to the target, or lower where the
+    peaks would pass PEAK_CEILING (`limited`); `gain_db` says by how much."""
+
+    def __init__(self, writer: AtomicWriter, target_rms: float | None = None):
+        self.writer, self.target = writer, target_rms
+        self.gain_db: float | None = None
+        self.limited = False
+        self.spool = self.spool_path = None
+        if target_rms is None:
+            return
+        self.power, self.count, self.peak = 0.0, 0, 0.0
+        self.rest = np.zeros((0, writer.channels), np.float32)  # samples not yet in a whole 100 ms piece
+        try:
+            fd, path = tempfile.mkstemp(prefix=f".{writer.path.name}.", suffix=".float.part", dir=writer.path.parent)
+            os.close(fd)
+            self.spool_path = Path(path)
+            self.spool = sf.SoundFile(path, "w", samplerate=writer.rate, channels=writer.channels, format="RF64",
+                                      subtype="FLOAT")
+        except Exception as e:
+            self.abort()
+            raise InputError(f"{writer.path}: cannot write the output ({e})") from None
+
+    def write(self, block: np.ndarray) -> None:
+        """block (frames, channels) float32 at the level the model restored it."""
+        if self.spool is None:
+            self.writer.write(block)
+            return
+        self._measure(block)
+        if len(block):
+            self.peak = max(self.peak, float(np.abs(block).max()))
+        self.spool.write(block)
+
+    def _measure(self, block: np.ndarray) -> None:
+        """Active power in 100 ms pieces of the whole stream, whatever the sizes of the blocks written:
+        a piece not yet whole waits in `rest`."""
+        rate = self.writer.rate
+        data = np.concatenate([self.rest, block]) if len(self.rest) else block
+        size = max(1, rate // 10)
+        whole = len(data) // size * size
+        p, n = active_power(data[:whole], rate)
+        self.power, self.count, self.rest = self.power + p, self.count + n, data[whole:]
+
+    def _gain(self) -> float:
+        """The one gain the file gets: the target RMS over the audio's own, limited by its peak."""
+        p, n = active_power(self.rest, self.writer.rate)  # the last, shorter piece
+        power, count = self.power + p, self.count + n
+        rms = (power / count) ** 0.5 if count else 0.0
+        gain = self.target / rms if rms > 0 else 1.0
+        if self.peak * gain > PEAK_CEILING:
+            gain, self.limited = PEAK_CEILING / self.peak, True
+        self.gain_db = 20 * float(np.log10(gain))
+        return gain
+
+    def commit(self) -> None:
+        """Write out (levelled, when there is a target) and put the output file in place."""
+        try:
+            if self.spool is not None:
+                self.spool.close()
+                gain = np.float32(self._gain())
+                with sf.SoundFile(str(self.spool_path)) as f:
+                    while True:
+                        block = f.read(1 << 16, dtype="float32", always_2d=True)
+                        if not len(block):
+                            break
+                        self.writer.write(block * gain)
+                self._drop_spool()
+            self.writer.commit()
+        except BaseException:
+            self.abort()  # a failed commit (disk full...) leaves no temporary file
+            raise
+
+    def _drop_spool(self) -> None:
+        if self.spool is not None and not self.spool.closed:
+            self.spool.close()
+        if self.spool_path is not None:
+            self.spool_path.unlink(missing_ok=True)
+        self.spool = self.spool_path = None
+
+    def abort(self) -> None:
+        self._drop_spool()
+        self.writer.abort()
+
+    def __enter__(self) -> "LevelledOutput":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()

@@ -1,0 +1,229 @@
+"""Post-processing (restore/pipeline/post.py): the strength blend over the sampler's result, keeping
+the input where the restoration agrees with it (and that option's way from the command line), and the
+output level."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from restore import audio
+from restore.codec import STFTCodec
+from restore.config import CodecConfig, PostConfig, SamplerConfig
+from restore.model.precondition import ObsSkip
+from restore.options import RestoreOptions
+from restore.pipeline import post
+from restore.pipeline.loop import generate_latents
+from restore.pipeline.post import keep_input
+from restore.sampling import combine
+from tests.conftest import leftovers, speechlike, tone
+
+CODEC = STFTCodec(CodecConfig(scale=3.0, power=0.5))
+SR = 16000
+
+
+def speech(seconds=2.0, seed=0):
+    x = torch.from_numpy(speechlike(seconds, SR, seed=seed)).float()[None]
+    return x[:, : x.shape[-1] // 256 * 256]
+
+
+def band_noise(n, lo_hz, hi_hz, rms, seed=1):
+    spec = torch.fft.rfft(torch.randn(1, n, generator=torch.Generator().manual_seed(seed)))
+    f = torch.fft.rfftfreq(n, 1 / SR)
+    spec[:, (f < lo_hz) | (f > hi_hz)] = 0
+    x = torch.fft.irfft(spec, n=n)
+    return x * rms / x.square().mean().sqrt()
+
+
+def band_energy(x, lo_hz, hi_hz):
+    spec = torch.fft.rfft(x).abs().square()
+    f = torch.fft.rfftfreq(x.shape[-1], 1 / SR)
+    return float(spec[:, (f >= lo_hz) & (f <= hi_hz)].sum())
+
+
+def test_an_estimate_equal_to_the_input_gives_the_input_back():
+    x = speech()
+    y = CODEC.encode(x)
+    out = CODEC.decode(keep_input(CODEC, y, y, 12.0))
+    assert float((out - x).norm() / x.norm()) < 1e-4
+
+
+def test_the_output_keeps_the_restorations_level():
+    """A restoration at half the input's level (a model that levels differently) agrees with the input
+    everywhere: the input comes back, at the restoration's level."""
+    x = speech()
+    out = CODEC.decode(keep_input(CODEC, CODEC.encode(x), CODEC.encode(0.5 * x), 12.0))
+    assert float((out - 0.5 * x).norm() / (0.5 * x).norm()) < 1e-3
+
+
+def test_what_the_restoration_removed_stays_removed_and_the_rest_comes_from_the_input():
+    """Input: speech plus loud noise at 5-7 kHz. Estimate: the speech with its fine structure lost
+    (a slightly different take) and no noise. The noise band follows the estimate; where the speech is
+    strong the output moves from the estimate to the input."""
+    clean = speech(seed=0)
+    noise = band_noise(clean.shape[-1], 5000, 7000, rms=float(clean.square().mean().sqrt()))
+    noisy = clean + noise
+    est = 0.9 * clean + 0.1 * speech(seed=3)  # mostly right, a little redrawn
+    out = CODEC.decode(keep_input(CODEC, CODEC.encode(noisy), CODEC.encode(est), 12.0))
+    assert band_energy(out - est, 5000, 7000) < 0.05 * band_energy(noise, 5000, 7000)
+    low = lambda z: band_energy(z, 100, 3000)  # noqa: E731
+    assert low(out - clean) < 0.5 * low(est - clean)  # closer to the input's speech than the estimate was
+
+
+def test_a_higher_level_keeps_less_of_the_input():
+    clean, other = speech(seed=0), speech(seed=3)
+    y, s = CODEC.encode(clean), CODEC.encode(0.8 * clean + 0.2 * other)
+    dist = [float((CODEC.decode(keep_input(CODEC, y, s, db)) - clean).norm()) for db in (0.0, 12.0, 30.0)]
+    assert dist[0] < dist[1] < dist[2]
+
+
+def test_the_option_parses_and_refuses_clearly():
+    from restore.errors import UsageError
+
+    keep_db = lambda opts, own=None: opts.resolve(own)[1].keep_db  # noqa: E731
+    assert keep_db(RestoreOptions(sampler="flash")) is None
+    assert keep_db(RestoreOptions(sampler="flash", keep_input="12")) == 12.0
+    assert keep_db(RestoreOptions(sampler="flash", keep_input=6.5)) == 6.5
+    assert keep_db(RestoreOptions(sampler="flash"), {"flash": {"keep_db": 12.0}}) == 12.0
+    assert keep_db(RestoreOptions(sampler="flash", keep_input="off"), {"flash": {"keep_db": 12.0}}) is None
+    with pytest.raises(UsageError, match="'off' or a level in dB"):
+        RestoreOptions(keep_input="lots")
+    with pytest.raises(UsageError, match="between -20 and 40"):
+        RestoreOptions(keep_input="90")
+
+
+@pytest.mark.slow
+def test_keep_input_reaches_the_sampler_and_changes_the_output(live_model, tmp_path):
+    from typer.testing import CliRunner
+
+    from restore.cli import app
+    src = tmp_path / "in.wav"
+    sf.write(src, speechlike(1.0, SR), SR)
+    base = ["--model", str(live_model), "--sampler", "flash", "--steps", "1"]
+    outs = {}
+    for name, extra in (("off", []), ("k12", ["--keep-input", "12"]), ("k0", ["--keep-input", "0"])):
+        r = CliRunner().invoke(app, [str(src), "-o", str(tmp_path / f"{name}.wav"), "--report",
+                                     str(tmp_path / f"{name}.json")] + extra + base)
+        assert r.exit_code == 0, r.output
+        outs[name] = sf.read(tmp_path / f"{name}.wav")[0]
+        rep = json.loads((tmp_path / f"{name}.json").read_text())["files"][0]
+        assert rep["sampler"]["keep_db"] == {"off": None, "k12": 12.0, "k0": 0.0}[name]
+    src_audio = sf.read(src)[0]
+    err = lambda a: float(np.linalg.norm(a - src_audio * np.dot(a, src_audio) / np.dot(src_audio, src_audio)))  # noqa: E731
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    assert rel(outs["k0"], outs["off"]) > 1e-2
+    assert err(outs["k0"]) < err(outs["off"])  # keeping more of the input lands nearer to it
+    bad = CliRunner().invoke(app, [str(src), "-o", str(tmp_path / "bad.wav"), "--keep-input", "x"] + base)
+    assert bad.exit_code == 2 and "'off' or a level in dB" in bad.output and not (tmp_path / "bad.wav").exists()
+
+
+# ---------------------------------------------------------------- strength
+class Network:
+    """A stand-in for an engine: raw outputs that depend on x and t, so that every step matters."""
+
+    def __init__(self, shape, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.w = (torch.randn(shape, generator=g), torch.randn(shape, generator=g) * 0.5)
+
+    def velocities(self, x, t, guided):
+        out = self.w[0] * x.tanh() + self.w[1] * t
+        return (out, 1.1 * out, 0.9 * out) if guided else (out,)
+
+
+def sample(engine, noise, cfg, skip, seed=5):
+    return list(generate_latents(engine, noise, cfg, torch.Generator().manual_seed(seed), skip=skip))[-1][1]
+
+
+def test_a_lower_strength_takes_the_level_of_the_full_strength_estimate():
+    """With a network whose correction is large: at one step the output has the audio energy of the
+    full-strength estimate, window by window, where the blend alone is far quieter; at strength 1
+    nothing changes."""
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(2, 40, CODEC.latent_dim, generator=g) * torch.tensor([1.0, 0.2])[:, None, None]
+    raw = torch.randn(obs.shape, generator=g) * 2.0
+
+    class Engine:
+        def velocities(self, x, t, guided):
+            return (raw,) * (3 if guided else 1)
+
+    skip = ObsSkip(CODEC.latent_dim, gain=0.3).bind(obs)
+    cfg = SamplerConfig(steps=1, guided_until=0.0, churn=0.0)
+    noise = torch.randn(obs.shape, generator=g)
+    full = sample(Engine(), noise, cfg, skip)
+    lin = post.linear_estimate(skip, noise, cfg)
+    assert torch.equal(post.finish(CODEC, PostConfig(), obs, full, lin), full)
+    quiet = lin + 0.5 * (full - lin)
+    matched = post.blend_strength(CODEC, full, lin, 0.5)
+    assert (CODEC.level_gain(full, quiet).flatten() > 1.5).all()  # the shrinkage left alone: > 7 dB down
+    assert torch.allclose(CODEC.level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
+    assert torch.allclose(matched / CODEC.level_gain(matched, quiet), quiet, atol=1e-5)  # only a gain
+
+
+def test_strength_blends_the_full_strength_result_with_the_linear_estimate():
+    """Over several guided and stochastic steps the sampler runs at full strength and strength s keeps
+    lin + s (x - lin) of its result, lin being the observation skip's clean estimate at the first step
+    without the network: scaling every step's correction instead would leave part of each step's noise
+    in the output."""
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(2, 40, CODEC.latent_dim, generator=g)
+    skip = ObsSkip(CODEC.latent_dim, gain=0.3).bind(obs)
+    cfg = SamplerConfig(steps=4, guided_until=0.5, churn=0.3)
+    noise = torch.randn(obs.shape, generator=g)
+    full = sample(Network(obs.shape), noise, cfg, skip)
+    zero = torch.zeros_like(noise)
+    lin = noise - combine(*skip((zero,) * 3, noise, 1.0), cfg.w_so, cfg.w_t)  # t = 1, guided first step
+    assert torch.equal(post.linear_estimate(skip, noise, cfg), lin)
+    for s in (0.0, 0.5, 1.5):
+        out = post.finish(CODEC, PostConfig(strength=s), obs, full, lin)
+        blend = lin + s * (full - lin)
+        assert torch.allclose(out, blend * CODEC.level_gain(out, blend), atol=1e-5)  # the blend, only a gain
+        assert torch.allclose(CODEC.level_gain(full, out).flatten(), torch.ones(2), atol=1e-4)  # at x's energy
+    unguided = dataclasses.replace(cfg, guided_until=0.0)
+    assert torch.equal(post.linear_estimate(skip, noise, unguided), noise - skip((zero,), noise, 1.0)[0])
+
+
+# ---------------------------------------------------------------- the output level
+def active_rms(x: np.ndarray, sr: int) -> float:
+    p, n = audio.active_power(x, sr)
+    return (p / n) ** 0.5
+
+
+def test_the_output_is_levelled_to_the_rms_asked_for(tmp_path):
+    """Written in blocks, with a stretch of digital silence that the level leaves out; the output is at
+    the RMS asked for and unclipped, and only the output remains."""
+    out = tmp_path / "out.flac"
+    x = np.concatenate([tone(1.0, 16000) * 0.01, np.zeros((16000, 1), np.float32), tone(1.0, 16000) * 0.02])
+    with post.LevelledOutput(audio.AtomicWriter(out, 16000, 1), 0.1) as w:
+        for i in range(0, len(x), 5000):
+            w.write(x[i : i + 5000])
+        assert leftovers(tmp_path) != [] and not out.exists()
+    y, _ = sf.read(out, dtype="float32", always_2d=True)
+    assert active_rms(y, 16000) == pytest.approx(0.1, rel=0.001)
+    assert w.gain_db == pytest.approx(20 * np.log10(0.1 / active_rms(x, 16000)), abs=0.01) and not w.limited
+    assert np.allclose(y, x * 10 ** (w.gain_db / 20), atol=1e-4)  # one gain, the silence kept silent
+    assert w.writer.clipped == 0 and leftovers(tmp_path) == []
+
+
+def test_levelled_peaks_stay_below_full_scale(tmp_path):
+    out = tmp_path / "out.wav"
+    x = tone(1.0, 16000) * 0.01
+    x[4000] = 0.5  # a spike: levelling to 0.2 RMS would push it to ~10 times full scale
+    with post.LevelledOutput(audio.AtomicWriter(out, 16000, 1), 0.2) as w:
+        w.write(x)
+    y, _ = sf.read(out, dtype="float32")
+    assert w.limited and w.writer.clipped == 0
+    assert np.abs(y).max() == pytest.approx(post.PEAK_CEILING, abs=1e-3)
+
+
+def test_levelling_interrupted_leaves_nothing(tmp_path):
+    out = tmp_path / "out.wav"
+    sf.write(out, tone(1.0, 16000), 16000)
+    before = out.read_bytes()
+    with pytest.raises(KeyboardInterrupt):
+        with post.LevelledOutput(audio.AtomicWriter(out, 16000, 1), 0.1) as w:
+            w.write(tone(1.0, 16000))
+            raise KeyboardInterrupt
+    assert out.read_bytes() == before and leftovers(tmp_path) == []
