@@ -10,20 +10,26 @@ with S the restoration (resampled to the output rate: time-aligned with the inpu
 the input. The weights are a raised-cosine crossover from CROSSOVER_HZ[0] to CROSSOVER_HZ[1], where the
 restoration is still at full level, so that where S and G X agree (a clean input) Y is X, and no seam
 is left: no level step, no notch, no phase cancellation. The gain G (per frame, per bin, at most 1,
-so nothing is added where the input has nothing) is the smaller of
+so nothing is added where the input has nothing) is the product of
 
 - the guide: r = sqrt(|S|^2 / |X|^2), the powers summed over GUIDE_HZ (just below the crossover) and
-  over GUIDE_FRAMES frames. Whatever the restoration took out there (noise in the pauses,
+  over GUIDE_FRAMES frames, at most 1. Whatever the restoration took out there (noise in the pauses,
   reverberation tails, noise in speech) is taken out of the upper band in the same proportion, and
-  the upper band follows the restoration's level, so it joins the low band without a step;
+  the upper band follows the restoration's level (which can come out quieter than the input), so it
+  joins the low band without a step. In frames whose guide band is empty beside their upper band
+  (UNINFORMED: a sweep above the guide band, hiss alone) the ratio over LEVEL_SECONDS stands in;
 - a noise floor: the minimum over FLOOR_SECONDS of the input's power averaged over FLOOR_SMOOTH
   (times FLOOR_BIAS, the minimum's bias on stationary noise) as the stationary noise N, and with P the
-  input's power averaged over 3 x 3 bins the power subtraction gain sqrt(max(1 - OVER N / P,
-  FLOOR_GAIN^2)), raised to the sampler's strength. This
-  removes hiss the guide band does not see (the noise's spectrum can rise where speech falls).
+  input's power averaged over SUB_SMOOTH the power subtraction gain sqrt(max(1 - OVER N / P,
+  FLOOR_GAIN^2)), raised to the sampler's strength. It removes hiss the guide band does not see (a
+  noise's spectrum can rise where speech falls). Where the guide has already taken a noise out the
+  two count it twice, which costs the speech little: the guide is near 1 where speech dominates its
+  band, the floor's gain near 1 where speech dominates a bin.
 
 The strength scales only the noise floor's gain (0: none of it); the guide follows the strength and the
-keep-input of the restoration by itself. At strength 0 the band above the crossover is the input.
+keep-input of the restoration by itself (at strength 0 the restoration is the model's linear estimate,
+a fixed equalisation of the input, so the band above the crossover is the input, or the input at the
+restoration's level where that is lower).
 
 Every output sample depends on the inputs within `reach(rate)` samples of it, so `BandJoiner` can run
 `combine` over overlapping chunks of a stream and give exactly the whole-file result.
@@ -43,8 +49,11 @@ GUIDE_FRAMES = 5                 # frames the guide's powers are summed over (~2
 FLOOR_SECONDS = 1.5              # minimum-statistics window of the noise floor
 FLOOR_SMOOTH = (9, 15)           # frames x bins the input's power is averaged over before the minimum
 FLOOR_BIAS = 1.56                # that minimum -> the mean noise power (median ratio on white noise)
-OVER = 2.0                       # over-subtraction of the noise floor
+OVER = 2.5                       # over-subtraction of the noise floor
+SUB_SMOOTH = (5, 9)              # frames x bins the input's power is averaged over for the subtraction
 FLOOR_GAIN = 10 ** (-25 / 20)    # the noise floor's gain never goes below this
+UNINFORMED = 10 ** (-30 / 10)    # guide band this far below the upper band (power per bin): it knows nothing
+LEVEL_SECONDS = 2.0              # ... and the restoration's level over this long stands in for it
 FRAME_SECONDS = 0.021            # STFT frame, rounded to a power of two in samples
 CHUNK_SECONDS = 10.0             # a stream is joined in chunks of this much output (plus context)
 _TINY = 1e-20
@@ -64,7 +73,8 @@ def applies(input_rate: int, output_rate: int, model_rate: int) -> bool:
 def reach(rate: int) -> int:
     """Samples either side of an output sample that it depends on (a multiple of the hop)."""
     n, hop = frame_size(rate)
-    frames = _floor_frames(rate, hop) // 2 + FLOOR_SMOOTH[0] // 2 + GUIDE_FRAMES // 2 + 2 + n // hop
+    level = int(round(LEVEL_SECONDS * rate / hop / 2))
+    frames = max(_floor_frames(rate, hop) // 2 + FLOOR_SMOOTH[0] // 2, level) + SUB_SMOOTH[0] + GUIDE_FRAMES + n // hop
     return frames * hop
 
 
@@ -143,14 +153,18 @@ def gains(spec_in: np.ndarray, spec_rest: np.ndarray, rate: int, strength: float
     hop = frame_size(rate)[1]
     freqs = np.fft.rfftfreq(n, 1.0 / rate)
     guide = (freqs >= GUIDE_HZ[0]) & (freqs < GUIDE_HZ[1])
-    gx = _box(_power(spec_in[:, guide]).sum(-1), GUIDE_FRAMES, axis=0)
-    gs = _box(_power(spec_rest[:, guide]).sum(-1), GUIDE_FRAMES, axis=0)
-    eps = _TINY * guide.sum()
-    r = np.sqrt((gs + eps) / (gx + eps))[:, None]
+    px_guide, ps_guide = _power(spec_in[:, guide]).sum(-1), _power(spec_rest[:, guide]).sum(-1)
+    gx, gs = _box(px_guide, GUIDE_FRAMES, axis=0), _box(ps_guide, GUIDE_FRAMES, axis=0)
     px = _power(spec_in[:, freqs > CROSSOVER_HZ[0]])
-    smooth = _box(_box(px, 3, axis=0), 3, axis=1)
+    # Where the guide band holds next to nothing beside the upper band (a sweep above it, hiss alone) the
+    # guide knows nothing: there it falls back on the restoration's level over LEVEL_SECONDS.
+    span = 2 * int(round(LEVEL_SECONDS * rate / hop / 2)) + 1
+    level2 = (_box(ps_guide, span, axis=0) + _TINY) / (_box(px_guide, span, axis=0) + _TINY)
+    eps = UNINFORMED * guide.sum() * _box(px.mean(-1), GUIDE_FRAMES, axis=0) + _TINY
+    r = np.minimum(np.sqrt((gs + np.minimum(level2, 1.0) * eps) / (gx + eps)), 1.0)
+    smooth = _box(_box(px, SUB_SMOOTH[0], axis=0), SUB_SMOOTH[1], axis=1)
     sub = np.sqrt(np.clip(1.0 - OVER * noise_floor(px, rate, hop) / np.maximum(smooth, _TINY), FLOOR_GAIN**2, 1.0))
-    return np.minimum(np.minimum(r, sub ** max(strength, 0.0)), 1.0).astype(np.float32)
+    return (r[:, None] * sub ** max(strength, 0.0)).astype(np.float32)
 
 
 def _power(z: np.ndarray) -> np.ndarray:
