@@ -117,14 +117,12 @@ def istft(spec: np.ndarray, n: int, hop: int, length: int) -> np.ndarray:
 
 
 def _box(p: np.ndarray, size: int, axis: int) -> np.ndarray:
-    """Centred moving average of odd `size` along `axis`, edges repeated."""
+    """Centred moving average of odd `size` along `axis`, edges repeated. (Sums of windows, not
+    differences of a running sum, which lose quiet frames after loud ones to rounding.)"""
     h = size // 2
     pad = [(0, 0)] * p.ndim
-    pad[axis] = (h + 1, h)
-    c = np.cumsum(np.pad(p, pad, mode="edge"), axis=axis)
-    hi = np.take(c, np.arange(size, c.shape[axis]), axis=axis)
-    lo = np.take(c, np.arange(0, c.shape[axis] - size), axis=axis)
-    return (hi - lo) / size
+    pad[axis] = (h, h)
+    return np.lib.stride_tricks.sliding_window_view(np.pad(p, pad, mode="edge"), size, axis=axis).mean(axis=-1)
 
 
 def _running_min(p: np.ndarray, size: int) -> np.ndarray:
