@@ -20,7 +20,7 @@ reference:
 
 Writes <out>/clean, <out>/degraded, <out>/after, <out>/before (float WAV), <out>/clips.csv,
 <out>/per_clip.csv and the markdown summary; restorations already in <out> are kept (36 clips, two
-restorations each: ~8 min on the 2-core CPU machine, DNSMOS ~2 min more). Speech frames: the clean speech's 0.3-8 kHz level within
+restorations each: ~8 min in all on the 2-core CPU machine, about half of it restoring). Speech frames: the clean speech's 0.3-8 kHz level within
 25 dB of its loudest frame. The reference is the dry speech, and for reverberant clips the speech
 through the room's direct sound (`room`).
 """
