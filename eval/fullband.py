@@ -20,9 +20,9 @@ reference:
 
 Writes <out>/clean, <out>/degraded, <out>/after, <out>/before (float WAV), <out>/clips.csv,
 <out>/per_clip.csv and the markdown summary; restorations already in <out> are kept (36 clips, two
-restorations each: ~8 min in all on the 2-core CPU machine, about half of it restoring). Speech frames: the clean speech's 0.3-8 kHz level within
-25 dB of its loudest frame. The reference is the dry speech, and for reverberant clips the speech
-through the room's direct sound (`room`).
+restorations each: ~8 min in all on the 2-core CPU machine, about half of it restoring). Speech
+frames: the clean speech's 0.3-8 kHz level within 25 dB of its loudest frame. The reference is the
+dry speech, and for reverberant clips the speech through the room's direct sound (`room`).
 """
 
 from __future__ import annotations
@@ -272,11 +272,15 @@ def measure(clean: np.ndarray, signals: dict[str, np.ndarray], band_limited: boo
         for c in THIRDS:
             m = (f_long >= c * 2 ** (-1 / 6)) & (f_long < c * 2 ** (1 / 6))
             row[f"{name}_third_{round(c)}_db"] = _db(long_y[m].sum(), long_c[m].sum())
+    def in_pauses(p: np.ndarray, m: np.ndarray) -> float | str:
+        """p's power in the pauses within bins m against the input's, in dB."""
+        return _db(p[pause][:, m].sum(), powers["input"][pause][:, m].sum()) if pause.any() else ""
+
     for name, p in powers.items():
-        row[f"{name}_pause8_db"] = _db(p[pause][:, up].sum(), powers["input"][pause][:, up].sum()) if pause.any() else ""
+        row[f"{name}_pause8_db"] = in_pauses(p, up)
         for lo, hi in BANDS:
             m = (f >= lo) & (f < hi)
-            row[f"{name}_pause_{lo}_db"] = _db(p[pause][:, m].sum(), powers["input"][pause][:, m].sum()) if pause.any() else ""
+            row[f"{name}_pause_{lo}_db"] = in_pauses(p, m)
             row[f"{name}_speech_{lo}_db"] = _db(p[speech][:, m].sum(), pc[speech][:, m].sum())
         if above_cut is not None:
             row[f"{name}_above_cut_db"] = _db(p[:, above_cut].sum(), powers["input"][:, above_cut].sum())
@@ -330,13 +334,14 @@ def _mos(rows: list[dict], key: str) -> str:
 
 
 def summary(rows: list[dict], command: str, model: str) -> str:
+    secs = [float(r["seconds"]) for r in rows]
     lines = [
         "# Full-band outputs on a 48 kHz dev set (issue 46)", "",
-        f"{len(rows)} clips of {min(float(r['seconds']) for r in rows):.1f}-{max(float(r['seconds']) for r in rows):.1f} s "
-        f"from the 48 kHz dev speakers (vctk p230, p254, p273; two pieces of one utterance each), dev noises and "
-        f"the dev room resampled to 48 kHz; model `{model}` with its defaults. **input**: the degraded clip; **before**: the model's 16 kHz restoration alone (every "
-        "output until issue 46, levelled as the writer does, resampled to 48 kHz); **after**: the full-band "
-        "output (`restore/pipeline/fullband.py`). Levels in dB, means over clips of per-clip values; each "
+        f"{len(rows)} clips of {min(secs):.1f}-{max(secs):.1f} s from the 48 kHz dev speakers (vctk p230, p254, "
+        "p273; two pieces of one utterance each), dev noises and the dev room resampled to 48 kHz; model "
+        f"`{model}` with its defaults. **input**: the degraded clip; **before**: the model's 16 kHz "
+        "restoration alone (every output until issue 46, levelled as the writer does, resampled to 48 kHz); "
+        "**after**: the full-band output (`restore/pipeline/fullband.py`). Levels in dB, means over clips of per-clip values; each "
         "output is first levelled to the reference in 0.5-4 kHz over the speech frames (the input is at its "
         "level by construction). The reference is the dry speech, for reverberant clips the speech through "
         "the room's direct sound (the dev room's measurement is far from flat); the room's tail is scaled "
@@ -409,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(clips)} clips in {args.out}", file=sys.stderr)
     restore(clips, args.out, args.model)
     rows = score(clips, args.out, dnsmos=not args.no_dnsmos)
-    command = "python -m eval.fullband " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    args_given = argv if argv is not None else sys.argv[1:]
+    command = "python -m eval.fullband " + " ".join(shlex.quote(a) for a in args_given)
     text = summary(rows, command, str(args.model or "assets/model"))
     print(text)
     if args.markdown:
