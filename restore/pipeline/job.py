@@ -15,6 +15,7 @@ import torch
 from .. import audio, text as text_mod
 from ..errors import UsageError
 from ..options import RestoreOptions
+from .fullband import FileBand, applies as fullband_applies
 from .post import LevelledOutput
 from .windows import Geometry, Stitcher, windows
 
@@ -97,6 +98,9 @@ class FileJob:
         self.count = geometry.count(self.total)
         self.stitch = Stitcher(geometry)
         self.back = audio.StreamResampler(model_rate, self.out_rate, self.rows)
+        # Above the model's band the output is the input's own band, cleaned with the restoration as guide.
+        self.band = (FileBand(info, self.out_rate, self.mix, settings["strength"])
+                     if fullband_applies(info.sample_rate, self.out_rate, model_rate) else None)
         # Resampling in and back out can be a sample off the exact length: the output is cut or
         # zero-padded to the input's duration at the output rate.
         self.expected = int(round(info.frames * self.out_rate / info.sample_rate))
@@ -133,11 +137,13 @@ class FileJob:
         block = self.back(block, last=last)[: self.expected - self.written]
         if last and self.written + len(block) < self.expected:
             block = np.concatenate([block, np.zeros((self.expected - self.written - len(block), self.rows), np.float32)])
+        self.written += len(block)  # restored samples so far (the full-band join holds some back a while)
+        if self.band is not None:
+            block = self.band(block, last=last)
         if len(block):
             with self.tracer.span("write", "io"):
                 self.out.write(np.repeat(block, self.out_channels, axis=1)
                                if self.rows == 1 and self.out_channels > 1 else block)
-            self.written += len(block)
 
     def finish(self, warnings: list[str]) -> FileReport:
         self.out.commit()
