@@ -99,6 +99,13 @@ class SamplerConfig(BaseConfig):
     w_so: float = 1.5          # guidance of the conditions (semantic + observation) over none
     w_t: float = 1.5           # guidance of the transcript over no transcript
     churn: float = 0.3         # fresh noise per step, as a fraction of ancestral sampling's (0: ODE)
+    refine_from: float = 1.0   # 1: the steps draw the signal from pure noise; below 1: they refine the
+                               # one-step estimate re-noised to this flow time (sampling.schedule)
+
+    def schedule(self):
+        from .sampling import schedule
+
+        return schedule(self.steps, self.shift, self.guided_until, self.churn, self.refine_from)
 
     @classmethod
     def preset(cls, name: str) -> "SamplerConfig":

@@ -14,7 +14,6 @@ from dataclasses import dataclass, fields
 from .audio import MAX_RATE, MIN_RATE
 from .config import SAMPLER_PRESETS, PostConfig, SamplerConfig
 from .errors import UsageError
-from .sampling import guided_steps
 
 SAMPLERS = tuple(SAMPLER_PRESETS)      # pro, flash
 CHANNEL_MODES = ("auto", "each", "mix")
@@ -74,7 +73,7 @@ class RestoreOptions:
             sampler = dataclasses.replace(sampler, steps=self.steps)
         if self.guidance is not None:
             sampler = dataclasses.replace(sampler, w_so=self.guidance, w_t=self.guidance)
-            if not any(guided_steps(sampler.steps, sampler.guided_until)):
+            if not any(sampler.schedule().guided):
                 raise UsageError(f"--guidance has no effect here: none of the {sampler.steps} step(s) of "
                                  f"'{self.sampler}' runs the guidance branches (the first "
                                  f"{sampler.guided_until:g} of the steps do, rounded); use --steps 2 or more")

@@ -87,3 +87,29 @@ def test_guidance_combination():
     assert combine(u, so, sot, 2.0, 1.0).item() == 5.0   # 1 + 2*(2-1) + (4-2)
     assert combine(u, so, sot, 1.0, 3.0).item() == 8.0   # 2 + 3*(4-2)
     assert combine(u, so, sot, 0.0, 0.0).item() == 1.0   # u alone
+
+
+def test_schedule_from_noise_is_the_plain_grid():
+    from restore.sampling import schedule
+
+    s = schedule(8, 1.0, 0.5, 0.3)
+    assert s.times == timesteps(8).tolist() and s.guided == guided_steps(8, 0.5) and s.churn == [0.3] * 8
+    assert s.evaluations == 8 and s.fresh_noise() == [True] * 7 + [False]
+    assert schedule(4, churn=0.0).fresh_noise() == [False] * 4
+
+
+def test_schedule_that_refines_starts_with_one_unguided_step_and_renoises_in_full():
+    from restore.sampling import schedule
+
+    s = schedule(8, 1.0, 0.5, 0.2, refine_from=0.5)
+    assert s.evaluations == 9
+    assert s.times[:2] == [1.0, 0.5] and s.times[-1] == 0.0 and s.times[2] == pytest.approx(0.4375)
+    assert s.guided == [False] + [True] * 4 + [False] * 4
+    assert s.churn[0] == 1.0 and s.churn[1:] == [0.2] * 8
+    # the first step lands on x = (1 - 0.5) x0_hat + 0.5 noise, whatever the estimate of the noise
+    g = torch.Generator().manual_seed(0)
+    x, v, fresh = (torch.randn(2, 3, generator=g) for _ in range(3))
+    x0_hat = x - 1.0 * v
+    assert torch.allclose(step(x, v, 1.0, 0.5, s.churn[0], fresh), 0.5 * x0_hat + 0.5 * fresh, atol=1e-6)
+    with pytest.raises(ValueError, match="refine_from"):
+        schedule(4, refine_from=0.0)

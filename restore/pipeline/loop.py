@@ -9,13 +9,12 @@ from typing import Callable, Iterator
 import torch
 
 from ..config import SamplerConfig
-from ..sampling import combine, guided_steps, step, timesteps
+from ..sampling import combine, step
 
 
 def fresh_noise_steps(cfg: SamplerConfig) -> list[bool]:
-    """Which steps draw fresh noise: the stochastic ones (churn > 0) that do not end at t = 0."""
-    ts = timesteps(cfg.steps, cfg.shift).tolist()
-    return [cfg.churn > 0 and ts[i + 1] > 0 for i in range(cfg.steps)]
+    """Which steps draw fresh noise: the stochastic ones that do not end at t = 0."""
+    return cfg.schedule().fresh_noise()
 
 
 def noise_draws(cfg: SamplerConfig) -> int:
@@ -26,16 +25,16 @@ def noise_draws(cfg: SamplerConfig) -> int:
 def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
                      generator: torch.Generator | Callable[[], torch.Tensor],
                      device: torch.device | str = "cpu", skip=None) -> Iterator[tuple[int, torch.Tensor]]:
-    """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0. `skip` (a BoundSkip, for
-    models with the observation skip) turns the engine's raw outputs into velocities.
+    """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0, one per network evaluation
+    of the sampler's schedule. `skip` (a BoundSkip, for models with the observation skip) turns the
+    engine's raw outputs into velocities.
 
     Fresh noise for stochastic steps comes from the CPU (a generator, or a function drawing one tensor
     of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
-    ts = timesteps(cfg.steps, cfg.shift).tolist()
-    guided = guided_steps(cfg.steps, cfg.guided_until)
-    fresh_steps = fresh_noise_steps(cfg)
+    plan = cfg.schedule()
+    ts, guided, fresh_steps = plan.times, plan.guided, plan.fresh_noise()
     x = noise.float().to(device)
-    for i in range(cfg.steps):
+    for i in range(plan.evaluations):
         vs = engine.velocities(x, ts[i], guided[i])
         if skip is not None:
             vs = skip(tuple(v.to(device) for v in vs), x, ts[i])
@@ -43,5 +42,5 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
         fresh = None
         if fresh_steps[i]:
             fresh = (generator() if callable(generator) else torch.randn(x.shape, generator=generator)).to(device)
-        x = step(x, v.to(device), ts[i], ts[i + 1], cfg.churn, fresh)
+        x = step(x, v.to(device), ts[i], ts[i + 1], plan.churn[i], fresh)
         yield i, x

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from ..audio import AtomicWriter, active_power
 from ..config import PostConfig, SamplerConfig
 from ..errors import InputError
-from ..sampling import combine, guided_steps, timesteps
+from ..sampling import combine
 
 PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
 _TINY = 1e-20
@@ -53,8 +53,8 @@ SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` are avera
 def linear_estimate(skip, noise: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
     """The observation skip's clean estimate (B, T, D) from the sampler's starting noise (B, T, D) at its
     first step, with the network's part left out (raw output zero), guided as that step is."""
-    t = timesteps(sampler.steps, sampler.shift).tolist()[0]
-    guided = guided_steps(sampler.steps, sampler.guided_until)[0]
+    plan = sampler.schedule()
+    t, guided = plan.times[0], plan.guided[0]
     zero = torch.zeros_like(noise)
     v = skip((zero,) * (3 if guided else 1), noise, t)
     return noise - t * (combine(*v, sampler.w_so, sampler.w_t) if guided else v[0])

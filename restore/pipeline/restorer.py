@@ -208,10 +208,10 @@ class Restorer:
         start = noise().float().to(self.plan.device)
         skip = self.skip.bind(obs) if self.skip is not None else None
         lin = post_mod.linear_estimate(skip, start, cfg) if post.strength != 1.0 else None
-        latents = None
+        latents, evaluations = None, cfg.schedule().evaluations
         for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
             if progress:
-                progress(Progress(str(first.job.input), first.index, first.job.count, i, cfg.steps))
+                progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
         return post_mod.finish(self.codec, post, obs, latents, lin)
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:

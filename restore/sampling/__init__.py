@@ -1,5 +1,5 @@
 from .guidance import combine
 from .samplers import step
-from .schedules import guided_steps, timesteps
+from .schedules import Schedule, guided_steps, schedule, timesteps
 
-__all__ = ["combine", "step", "guided_steps", "timesteps"]
+__all__ = ["combine", "step", "Schedule", "guided_steps", "schedule", "timesteps"]
