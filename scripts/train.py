@@ -49,7 +49,7 @@ def main() -> None:
         train.setdefault("compile", False)
         train.setdefault("producer", "inline")  # a producer beside the step only takes turns with it on a CPU
     # the model and codec settings of --init (a grown model's depth, say), else the defaults; new models
-    # train with the observation skip (docs/training.md, "The observation skip"); --config overrides
+    # train with the observation skip (docs/training.md, "What was learnt"); --config overrides
     init = weights.load(args.init) if args.init else None
     model = {**(init.model.to_dict() if init else {}), "precondition": "obs_skip", **over.get("model", {})}
     codec = {**(init.codec.to_dict() if init else DEFAULT_CODEC), **over.get("codec", {})}

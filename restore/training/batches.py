@@ -72,7 +72,7 @@ class BatchMaker:
 
     def set_state(self, state: dict) -> None:
         if isinstance(state["gen"], torch.Tensor):
-            raise ValueError("this checkpoint's batch state comes from a torch generator (before session 9); "
+            raise ValueError("this checkpoint's batch state comes from a torch generator (an older format); "
                              "it cannot resume exactly: start a new run with --init from its export")
         self.gen.setstate(state["gen"])
         self.data.rng.setstate(state["rng"])

@@ -131,7 +131,7 @@ class Trainer:
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self.forward = torch.compile(self.model, mode=mode) if cfg.compile else self.model
         # CUDA graphs are captured in the first steps, and a capture fails if the producer thread makes
-        # CUDA calls meanwhile (session 10: "operation failed due to a previous error during capture").
+        # CUDA calls meanwhile ("operation failed due to a previous error during capture").
         # Those steps hold the producer off with this lock; later steps only replay the graphs.
         graphs = cfg.compile and "reduce-overhead" in cfg.compile_mode and self.device.type == "cuda"
         self.gpu_lock = threading.Lock() if graphs and cfg.producer == "thread" else None
@@ -217,6 +217,7 @@ class Trainer:
         t = self.draw_t(b)
         eps = torch.randn(x0.shape, device=self.device, generator=self.dgen)
         start = x0
+        weight = None
         own = int(round(cfg.p_own_estimate * b))  # a fixed count keeps the step's shapes static
         if own:
             # rows are in random order, so the first `own` rows are a random share of the batch
@@ -225,6 +226,10 @@ class Trainer:
             t_own = lo + (hi - lo) * torch.rand(own, device=self.device, generator=self.dgen)
             t = torch.cat([t_own, t[own:]])
             start = torch.cat([est, x0[own:]])
+            # The target velocity from an estimate is (x_t - x0) / t: at low t its error is the clean-latent
+            # error magnified 1/t. Weighting those rows by t^2 scores them in clean-latent terms, so that
+            # they do not drown the rest of the batch.
+            weight = torch.cat([t_own.square(), torch.ones_like(t[own:])])
         xt, target = flow_path(x0, start, eps, t)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
@@ -232,6 +237,8 @@ class Trainer:
             v = self.model.skip.velocity(v, xt, t, obs, use_cond)
         v = v.float()
         err = (v - target).square().mean(-1)  # (B, T)
+        if weight is not None:
+            err = err * weight[:, None]
         loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
         objective = loss
         if cfg.mel_weight > 0:
