@@ -79,14 +79,17 @@ class FileJob:
     """Opening validates everything before any model work; the output file appears on `finish`."""
 
     def __init__(self, input: str | Path, output: str | Path, options: RestoreOptions, *, model_rate: int,
-                 geometry: Geometry, settings: dict, overwrite: bool = True, tracer=None):
-        """`settings`: the resolved sampler and post-processing settings, for the report."""
+                 geometry: Geometry, settings: dict, overwrite: bool = True, tracer=None,
+                 levels: audio.Levels | None = None, open_output: bool = True):
+        """`settings`: the resolved sampler and post-processing settings, for the report. Where a file is
+        read on one machine and written on another (restore/pipeline/cluster.py), the reading side opens
+        no output (`open_output=False`) and the writing side is given the `levels` it measured."""
         self.started = time.perf_counter()
         self.input, self.output = Path(input), Path(output)
         self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, options.seed, tracer
         self.info = info = audio.probe(self.input)
         audio.check_output(self.input, self.output, overwrite)
-        levels = audio.scan(info)
+        self.levels = levels = levels if levels is not None else audio.scan(info)
         self.text, text_source = find_transcript(self.input, options.transcript)
         self.mix = options.channels == "mix" or (options.channels == "auto" and levels.channels_identical)
         self.rows = 1 if self.mix else info.channels
@@ -110,6 +113,9 @@ class FileJob:
         self.report = FileReport(str(self.input), str(self.output), info.duration, 0.0, self.count,
                                  info.sample_rate, self.out_rate, info.channels, self.rows, settings, self.seed,
                                  text_source, level=options.level)
+        if not open_output:
+            self.out: LevelledOutput | None = None
+            return
         writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels,
                                     audio.output_subtype(info, self.output.suffix.lower()))
         self.out = LevelledOutput(writer, levels.rms if options.level == "input" else None)
