@@ -96,8 +96,9 @@ def run(input: Path, output: Path | None, options: RestoreOptions | None = None,
         plan: str = "auto", device: str = "auto", format: str | None = None, overwrite: bool = False,
         report: Path | None = None, progress: bool = False, trace: Path | None = None,
         mlp_share: float | None = None, batch: int | None = None, compile: str = "off",
-        echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
-    """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed)."""
+        cluster: str | None = None, echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
+    """Restore a file or a folder; returns the exit code (0 all restored, 1 some failed). `cluster`: run a
+    folder on Ray (local, auto or ray://HOST:PORT; restore/pipeline/cluster.py)."""
     options = options or RestoreOptions()
     input = Path(input)
     if not input.exists():
@@ -106,7 +107,9 @@ def run(input: Path, output: Path | None, options: RestoreOptions | None = None,
     if input.is_dir():
         return _run_folder(input, output, options, model=model, plan=plan, device=device, format=format,
                            overwrite=overwrite, report=report, progress=progress, echo=echo, trace=trace,
-                           mlp_share=mlp_share, batch=batch, compile=compile)
+                           mlp_share=mlp_share, batch=batch, compile=compile, cluster=cluster)
+    if cluster is not None:
+        raise UsageError("--cluster applies to folder runs; give a folder as the input")
     if format:
         raise UsageError("--format applies to folder runs; give the output file's extension instead")
     audio.check_output(input, output, overwrite)
@@ -131,7 +134,7 @@ def run(input: Path, output: Path | None, options: RestoreOptions | None = None,
 
 def _run_folder(input: Path, output: Path, options: RestoreOptions, *, model, plan, device, format, overwrite,
                 report, progress, echo, trace=None, mlp_share=None, batch: int | None = None,
-                compile: str = "off") -> int:
+                compile: str = "off", cluster: str | None = None) -> int:
     out_root = output.resolve()
     if out_root == input.resolve():
         raise UsageError(f"{output}: the output folder is the input folder; choose another so the inputs are kept")
@@ -143,10 +146,19 @@ def _run_folder(input: Path, output: Path, options: RestoreOptions, *, model, pl
         raise UsageError(f"{output}: is a file; a folder input needs an output folder")
     if format and "." + format.lstrip(".").lower() not in audio.WRITE_FORMATS:
         raise UsageError(f"--format {format}: cannot write that; use one of {', '.join(sorted(audio.WRITE_FORMATS))}")
+    if cluster is not None:
+        from .pipeline import cluster as cluster_mod  # Ray is imported there, when a run starts on it
+        cluster_mod.check_address(cluster)
+        if trace is not None:
+            raise UsageError("--trace records one process; it is not available with --cluster")
     run = FolderRun(input, output, report or output / REPORT_NAME, options, echo)
     run.plan([(f, folder_output(input, output, f, format)) for f in files], overwrite)
-    restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share,
-                        compile=compile) if run.todo else None
+    if cluster is not None:
+        restorer = cluster_mod.ClusterRestorer(cluster, model, plan=plan, device=device, batch=batch, compile=compile,
+                                               mlp_share=mlp_share, echo=echo) if run.todo else None
+    else:
+        restorer = Restorer(model, plan=plan, device=device, trace=trace is not None, mlp_share=mlp_share,
+                            compile=compile) if run.todo else None
     try:
         code = run.restore(restorer, ProgressLine(progress, len(run.todo)), batch)
     finally:

@@ -59,6 +59,7 @@ def restore(
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: $RESTORE_MODEL, else the shipped model).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report (folder runs default to OUTPUT/restore-report.json).")] = None,
     batch: Annotated[Optional[int], typer.Option(help="Folder runs: channel windows restored together (default 16 on a GPU, 1 on the CPU).")] = None,
+    cluster: Annotated[Optional[str], typer.Option(help="Folder runs on Ray: local (a Ray runtime in this process), auto (the cluster RAY_ADDRESS names) or ray://HOST:PORT. Needs pip install 'restore[cluster]'.")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="Write a Chrome/Perfetto trace (JSON) of what ran where and when.")] = None,
     compile: Annotated[CompileMode, typer.Option(help="cpu/cuda plans: compile the model's forward (cuda-graphs: also capture CUDA graphs; pays off on long folder runs).")] = CompileMode("off"),
     mlp_share: Annotated[Optional[float], typer.Option("--mlp-share", help="split and apple plans: share of each MLP on the second engine (default: measured).")] = None,
@@ -74,7 +75,7 @@ def restore(
                                  sample_rate=sample_rate, level=level.value)
         code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
                        model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
-                       compile=compile.value, progress=not quiet and sys.stderr.isatty())
+                       compile=compile.value, cluster=cluster, progress=not quiet and sys.stderr.isatty())
     except RestoreError as e:
         if debug:
             traceback.print_exc()

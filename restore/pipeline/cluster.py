@@ -1,0 +1,467 @@
+"""Folder runs on a Ray cluster: `restore FOLDER -o OUT --cluster local|auto|ray://HOST:PORT`.
+
+One Ray Data pipeline, streamed (no stage waits for the whole folder):
+
+    units (driver)  ->  read (CPU tasks)  ->  sample (actors)  ->  write (CPU tasks)  ->  reports (driver)
+
+- **units**: the driver reads every input's header and groups consecutive files into units of about one
+  sampler batch of channel windows (a long file is a unit by itself). Outputs that exist were already
+  skipped by the folder run (restore/api.py), so a killed run resumes where it stopped.
+- **read** (one CPU task per unit): each file is opened, measured and cut into level-normalised windows
+  at the model rate by the pipeline's own `FileJob`, with no output opened.
+- **sample** (an actor pool: one actor per GPU, or per CPU slot where there is no GPU; each loads the
+  model once): the unit's windows go through the same `Restorer` batches, sampler loop and codec as a
+  local folder run, windows of several files in one call.
+- **write** (one CPU task per unit): each file is stitched, resampled, levelled and written by a
+  `FileJob` given the levels the read measured, through the same atomic writer; its report names the
+  node whose actor restored it.
+
+Every window draws its noise from its own seed, so a file's audio does not depend on where it ran: on
+the CPU, with one window per sampler call (the CPU default) the outputs are bit-identical to a local
+folder run's. A file that fails is reported and the others go on; tasks and actors that die are
+retried by Ray (`RETRIES`). Ray is imported only here, and only when a folder run asks for a cluster.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from .. import audio, errors, weights
+from ..codec import build_codec
+from ..config import WindowConfig
+from ..engines.trace import Tracer
+from ..errors import InputError, RestoreError, UsageError
+from ..options import RestoreOptions
+from .job import FileJob, FileReport, Window
+from .windows import Geometry
+
+RETRIES = 3                # tries of a task, or of an actor's call, after its worker or node died
+CPU_SLOT = 8               # most CPUs one sampling actor uses where the cluster has no GPU
+INSTALL = "pip install 'restore[cluster]'"
+CRASH_ONCE_ENV = "RESTORE_CLUSTER_CRASH_ONCE"  # tests: a marker path; the first sampling call exits its worker
+
+
+def check_address(address: str) -> str:
+    """`--cluster`: local (a Ray runtime in this process), auto (the cluster RAY_ADDRESS names, else the
+    one running on this machine) or ray://HOST:PORT (a given cluster, through Ray Client)."""
+    if address in ("local", "auto") or (address.startswith("ray://") and len(address) > len("ray://")):
+        return address
+    raise UsageError(f"--cluster must be local, auto or ray://HOST:PORT, got {address!r}")
+
+
+def _ray():
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise UsageError(f"--cluster needs Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+@dataclass
+class ClusterReport(FileReport):
+    """A file's report from a cluster run: `node` is the host whose actor restored its windows;
+    `seconds_wall` runs from its read to its write, time spent queueing between stages included."""
+    node: str = ""
+
+
+@dataclass
+class _File:
+    """One file on its way through the stages; what a stage no longer needs is dropped before it moves on.
+    `input` and `output` are absolute (a worker's working folder is its own); the report gives them as
+    the folder run was given them."""
+    input: str
+    output: str
+    seed: int
+    given: tuple[str, str] = ("", "")
+    estimate: int = 1                       # channel windows, from the header (for grouping into units)
+    seconds: float = 0.0                    # of audio, from the header
+    error: str | None = None                # set by the stage where the file failed
+    error_type: str = "InputError"
+    started: float = 0.0                    # time.time() at the start of its read
+    levels: audio.Levels | None = None
+    count: int = 0                          # windows
+    waves: np.ndarray | None = None         # (count, rows, L) level-normalised windows at the model rate
+    reals: list[int] = field(default_factory=list)
+    texts: list[list[str | None]] = field(default_factory=list)
+    restored: np.ndarray | None = None      # (count, rows, L) restored windows at the model rate
+    node: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    def fail(self, e: BaseException) -> None:
+        self.error_type = type(e).__name__ if isinstance(e, RestoreError) else "InputError"
+        self.error = str(e) if isinstance(e, RestoreError) else f"{self.input}: {type(e).__name__}: {e}"
+        self.waves = self.restored = None
+
+
+class _Unit:
+    """The files a read task reads, a sampler call samples and a write task writes: a Ray Data row holds
+    one, as a pickled Python object."""
+
+    def __init__(self, files: list[_File]):
+        self.files = files
+
+
+# ---------------------------------------------------------------- the stages (run on the cluster)
+def _read(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict) -> dict:
+    """CPU task: open, measure and cut every file of a unit, as a local folder run's FileJob does."""
+    for f in row["unit"].files:
+        f.started = time.time()
+        try:
+            job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry,
+                          settings=settings, overwrite=True, tracer=Tracer(enabled=False), open_output=False)
+            windows = list(job.windows())
+            f.levels, f.count = job.levels, job.count
+            f.waves = np.stack([w.wave.numpy() for w in windows])
+            f.reals = [w.real for w in windows]
+            f.texts = [w.texts for w in windows]
+        except Exception as e:  # reported; the other files go on
+            f.fail(e)
+    return row
+
+
+class _Sampler:
+    """Actor: loads the model once, then samples units of windows as a local folder run does."""
+
+    def __init__(self, *, model: str | None, plan: str, device: str, compile: str, mlp_share: float | None,
+                 batch: int | None, options: RestoreOptions, threads: int | None):
+        from .restorer import Restorer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.restorer = Restorer(model, plan=plan, device=device, compile=compile, mlp_share=mlp_share)
+        self.cfg, self.post = options.resolve(self.restorer.files.samplers, has_skip=self.restorer.skip is not None)
+        self.rows = batch or (16 if self.restorer.plan.device.startswith("cuda") else 1)
+        self.node = socket.gethostname()
+
+    def __call__(self, batch: dict) -> dict:
+        for unit in batch["unit"]:
+            self._crash_once()
+            self._sample(unit)
+        return batch
+
+    def _sample(self, unit: _Unit) -> None:
+        from .restorer import _batched
+
+        live = [f for f in unit.files if f.error is None]
+        windows = [Window(f, k, torch.from_numpy(np.array(f.waves[k])), f.reals[k], f.texts[k])
+                   for f in live for k in range(f.count)]
+        outs: dict[int, list[np.ndarray]] = {id(f): [] for f in live}
+        warned = len(self.restorer.engine.warnings)
+        try:
+            for batch, restored in self.restorer._pipeline(_batched(iter(windows), self.rows), self.cfg,
+                                                           self.post, None):
+                for w, out in zip(batch, restored):
+                    outs[id(w.job)].append(out)
+        except Exception as e:  # the batch's files are reported; the next unit goes on
+            for f in live:
+                f.fail(e)
+            return
+        for f in live:
+            f.restored, f.waves = np.stack(outs[id(f)]), None
+            f.node = self.node
+            f.warnings = list(self.restorer.engine.warnings[warned:])
+
+    @staticmethod
+    def _crash_once() -> None:
+        """A worker that dies mid-run, for the tests of Ray's retries: exits the first time it is asked."""
+        marker = os.environ.get(CRASH_ONCE_ENV)
+        if marker:
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.close(fd)
+            os._exit(1)
+
+
+def _write(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict) -> list[dict]:
+    """CPU task: stitch, resample, level and write each file of a unit atomically, as a local folder run's
+    FileJob does (the deliver loop of Restorer._deliver); one report row per file."""
+    rows = []
+    for f in row["unit"].files:
+        if f.error is None:
+            job = None
+            try:
+                job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry,
+                              settings=settings, overwrite=True, tracer=Tracer(enabled=False), levels=f.levels)
+                for k in range(f.count):
+                    out = np.array(f.restored[k])  # a writable copy
+                    if not np.isfinite(out).all():
+                        raise InputError(f"{job.input}: the model produced non-finite samples in window "
+                                         f"{k + 1} (damaged model files?)")
+                    out[:, f.reals[k]:] = 0.0
+                    job.deliver(out, f.reals[k])
+                rep = job.finish(f.warnings)
+                rep.seconds_wall = time.time() - f.started
+                fields_ = {k.name: getattr(rep, k.name) for k in fields(rep)}
+                rows.append({"result": json.dumps({**fields_, "node": f.node, "given": f.given})})
+                continue
+            except Exception as e:
+                if job is not None and job.out is not None:
+                    job.abort()
+                f.fail(e)
+        rows.append({"result": json.dumps({"failed": f.error, "type": f.error_type, "input": f.input,
+                                           "output": f.output, "given": f.given})})
+    return rows
+
+
+# ---------------------------------------------------------------- the driver
+class ClusterRestorer:
+    """Restores a folder's files on a Ray cluster; `restore_files` yields what `Restorer.restore_files`
+    yields, so the folder run (restore/api.py) keeps its resuming, report and summary as they are."""
+
+    def __init__(self, address: str, model: str | Path | None = None, *, plan: str = "auto", device: str = "auto",
+                 batch: int | None = None, compile: str = "off", mlp_share: float | None = None, echo=None):
+        self.address = check_address(address)
+        self.files = weights.load(model)  # checked here, before a cluster is joined
+        self.model = os.path.abspath(model) if model is not None else None
+        self.plan_name, self.device, self.batch, self.compile, self.mlp_share = plan, device, batch, compile, mlp_share
+        self.echo = echo or (lambda s: print(s, file=sys.stderr))
+        self.sample_rate = self.files.codec.sample_rate
+        wc = WindowConfig()
+        self.geometry = Geometry.from_seconds(wc.seconds, wc.overlap, self.sample_rate, build_codec(self.files.codec).hop)
+        self.plan = _DriverPlan()
+        self.started_ray = False
+        self.pending: list[tuple[Path, Path]] = []
+
+    # -- Ray
+    def _connect(self):
+        ray = _ray()
+        if ray.is_initialized():  # a runtime the caller started (a notebook, the tests): used as it is
+            return ray
+        kwargs = dict(logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            if self.address == "local":
+                # the workers import this very `restore`, wherever it was imported from
+                root = str(Path(__file__).resolve().parents[2])
+                path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+                ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path}}, **kwargs)
+            else:
+                ray.init(address=self.address, **kwargs)
+        except ConnectionError as e:
+            where = "RAY_ADDRESS" if self.address == "auto" else self.address
+            raise UsageError(f"--cluster {self.address}: no Ray cluster to join at {where} ({e})") from None
+        self.started_ray = True
+        return ray
+
+    def _resources(self, ray) -> tuple[int, dict, int | None]:
+        """How many sampling actors, what each one holds, and its torch threads (None: torch's default).
+        A GPU each where the cluster has GPUs and the device allows. Else CPU slots of up to CPU_SLOT
+        CPUs, with a quarter of the CPUs left for reading and writing, each slot's CPUs as its threads;
+        but a local runtime without a GPU has one sampling actor with as many threads as this process:
+        a local folder run's arithmetic, so that its outputs are bit-identical (torch's CPU kernels
+        split their sums by thread: a file restored with 1 and with 2 threads differs in the last bit)."""
+        res = ray.cluster_resources()
+        gpus, cpus = int(res.get("GPU", 0)), max(1, int(res.get("CPU", 1)))
+        if self.device != "cpu" and gpus > 0:  # each actor sees its own GPU as cuda
+            return gpus, {"num_gpus": 1, "num_cpus": 1}, None
+        if self.device.startswith("cuda"):
+            raise UsageError(f"--device {self.device}: the Ray cluster has no GPU")
+        sampling = max(1, cpus - max(1, cpus // 4))
+        if self.address == "local":
+            return 1, {"num_cpus": sampling}, torch.get_num_threads()
+        slot = min(CPU_SLOT, sampling)
+        return max(1, sampling // slot), {"num_cpus": slot}, slot
+
+    # -- the work
+    def _units(self, pairs: list[tuple[Path, Path]], options: RestoreOptions, rows: int) -> list[_Unit]:
+        """Files with their windows, from their headers (read in parallel: on network storage that is
+        latency), grouped in order into units of at least `rows` channel windows."""
+        def look(pair):
+            f = _File(os.path.abspath(pair[0]), os.path.abspath(pair[1]), options.seed, (str(pair[0]), str(pair[1])))
+            try:
+                info = audio.probe(pair[0])
+            except Exception:
+                return f  # the read reports why
+            total = int(round(info.frames * self.sample_rate / info.sample_rate))
+            f.seconds = info.duration
+            f.estimate = self.geometry.count(total) * (1 if options.channels == "mix" else info.channels)
+            return f
+
+        with ThreadPoolExecutor(16) as pool:
+            found = list(pool.map(look, pairs))
+        units, unit = [], []
+        for f in found:
+            unit.append(f)
+            if sum(x.estimate for x in unit) >= rows:
+                units.append(_Unit(unit))
+                unit = []
+        return units + ([_Unit(unit)] if unit else [])
+
+    def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], options: RestoreOptions | None = None,
+                      *, progress=None, **_) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
+        """Restore the files on the cluster, yielding (input, output, report or error) as each one is
+        written. The sampler batch is the `batch` given, else each actor's own default (16 windows on a
+        GPU, 1 on the CPU); a folder run's `batch_rows` is not used."""
+        options = RestoreOptions.of(options)
+        cfg, post = options.resolve(self.files.samplers, has_skip=self.files.model.precondition == "obs_skip")
+        settings = {**cfg.to_dict(), **post.to_dict()}
+        self.pending = [(Path(i), Path(o)) for i, o in pairs]
+        _sweep(self.pending)  # temporary files a killed run left behind
+        ray = self._connect()
+        actors, held, threads = self._resources(ray)
+        units = self._units(self.pending, options, self.batch or (16 if "num_gpus" in held else 1))
+        stage = dict(options=options, model_rate=self.sample_rate, geometry=self.geometry, settings=settings)
+        sampler = dict(model=self.model, plan=self.plan_name, compile=self.compile, mlp_share=self.mlp_share,
+                       device="cuda" if self.device.startswith("cuda") else self.device, batch=self.batch,
+                       options=options, threads=threads)
+        work = dict(units=units, stage=stage, sampler=sampler, actors=actors, held=held)
+        meter = _Meter(getattr(progress, "enabled", False), len(self.pending),
+                       sum(f.seconds for u in units for f in u.files))
+        self.echo(f"cluster: {len(self.pending)} files in {len(units)} units on {actors} sampling "
+                  f"actor(s) ({'a GPU' if 'num_gpus' in held else str(held['num_cpus']) + ' CPU(s)'} each)")
+        try:
+            for result in (_polled(ray, work) if ray.util.client.ray.is_connected() else _results(ray, **work)):
+                r = json.loads(result)
+                src, dst = r.pop("given")
+                if "failed" in r:
+                    meter.done(0.0)
+                    kind = getattr(errors, r["type"], InputError)
+                    kind = kind if isinstance(kind, type) and issubclass(kind, RestoreError) else InputError
+                    yield Path(src), Path(dst), kind(r["failed"].replace(r["input"], src).replace(r["output"], dst))
+                    continue
+                rep = ClusterReport(**{**r, "input": src, "output": dst})
+                meter.done(rep.seconds_audio)
+                yield Path(src), Path(dst), rep
+        except (RestoreError, KeyboardInterrupt, GeneratorExit):
+            raise
+        except Exception as e:  # Ray gave up (a worker died more than RETRIES times...): stop, keep what is done
+            raise InputError(f"the cluster run stopped ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                             f"finished outputs are kept, run the same command again to resume") from e
+        finally:
+            meter.end()
+
+    def close(self) -> None:
+        """Leave the cluster (a local runtime stops) and remove what its workers had not finished writing."""
+        if self.started_ray:
+            _ray().shutdown()
+            self.started_ray = False
+        _sweep(self.pending)
+
+    def __enter__(self) -> "ClusterRestorer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _results(ray, *, units: list[_Unit], stage: dict, sampler: dict, actors: int, held: dict) -> Iterator[str]:
+    """The pipeline, run from a process that is part of the cluster; yields each file's result (JSON)
+    as it is written."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.enable_fallback_to_arrow_object_ext_type = True  # a unit is a Python object (pickled)
+    ctx.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        # Ray 2.60 takes its retry options only as the generic remote arguments it calls deprecated (the
+        # extra pins that version); their different values also keep the read from being fused into the
+        # sampling actors: reading runs on CPU tasks of its own.
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = (ray.data.from_items([{"unit": u} for u in units], override_num_blocks=len(units))
+              .map(_read, fn_kwargs=stage, num_cpus=1, max_retries=RETRIES)
+              .map_batches(_Sampler, batch_size=1, batch_format="numpy",
+                           compute=ray.data.ActorPoolStrategy(size=actors), fn_constructor_kwargs=sampler,
+                           max_restarts=-1, max_task_retries=RETRIES, **held)
+              .flat_map(_write, fn_kwargs=stage, num_cpus=1, max_retries=RETRIES))
+    for row in ds.iter_rows():
+        yield row["result"]
+
+
+class _Coordinator:
+    """Runs the pipeline inside the cluster for a process that joined it through Ray Client (ray://),
+    where Ray Data cannot run its streaming executor; that process polls it for the results."""
+
+    def __init__(self, work: dict):
+        import ray
+
+        self.results: list[str] = []
+        self.error: str | None = None
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._run, args=(ray, work), daemon=True, name="restore-cluster").start()
+
+    def _run(self, ray, work: dict) -> None:
+        try:
+            for result in _results(ray, **work):
+                with self.lock:
+                    self.results.append(result)
+        except Exception as e:
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.done.set()
+
+    def poll(self, wait: float) -> tuple[list[str], bool, str | None]:
+        """The results since the last poll (waiting up to `wait` s for one), whether the run is over, and
+        why it stopped if it failed."""
+        deadline = time.monotonic() + wait
+        while not self.results and not self.done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self.lock:
+            out, self.results = self.results, []
+        return out, self.done.is_set() and not self.results, self.error
+
+
+def _polled(ray, work: dict) -> Iterator[str]:
+    coordinator = ray.remote(num_cpus=0)(_Coordinator).remote(work)
+    while True:
+        results, over, error = ray.get(coordinator.poll.remote(1.0))
+        yield from results
+        if error is not None:
+            raise RuntimeError(error)
+        if over:
+            return
+
+
+@dataclass(frozen=True)
+class _DriverPlan:
+    """What a folder run asks of a restorer's plan: the driver itself samples nothing."""
+    name: str = "cluster"
+    device: str = "cluster"
+
+
+def _sweep(pairs: list[tuple[Path, Path]]) -> None:
+    """Remove the temporary files (.NAME.*.part: restore.audio.AtomicWriter and its float spool) of
+    outputs that are not there: a worker killed mid-write leaves them, its retry writes anew."""
+    for _, out in pairs:
+        if out.parent.is_dir() and not out.exists():
+            for p in glob.glob(os.path.join(glob.escape(str(out.parent)), f".{glob.escape(out.name)}.*.part")):
+                Path(p).unlink(missing_ok=True)
+
+
+class _Meter:
+    """The cluster run's progress line: files, hours of audio, realtime factor."""
+
+    def __init__(self, enabled: bool, files: int, seconds: float):
+        self.enabled, self.files, self.seconds = enabled, files, seconds
+        self.count, self.audio, self.start = 0, 0.0, time.perf_counter()
+
+    def done(self, seconds: float) -> None:
+        self.count += 1
+        self.audio += seconds
+        if self.enabled:
+            wall = time.perf_counter() - self.start
+            sys.stderr.write(f"\r[{self.count}/{self.files} files] {self.audio / 3600:.2f}/{self.seconds / 3600:.2f} h "
+                             f"of audio, {self.audio / max(wall, 1e-9):.1f}x realtime  ")
+            sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 80 + "\r")
+            sys.stderr.flush()
