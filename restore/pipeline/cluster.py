@@ -251,7 +251,9 @@ class ClusterRestorer:
                 # the workers import this very `restore`, wherever it was imported from
                 root = str(Path(__file__).resolve().parents[2])
                 path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-                ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path}}, **kwargs)
+                # "local" explicitly: left out, Ray would join the cluster RAY_ADDRESS names or `ray start` began
+                ray.init(address="local", include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path}},
+                         **kwargs)
             else:
                 ray.init(address=self.address, **kwargs)
         except ConnectionError as e:
@@ -361,9 +363,14 @@ class ClusterRestorer:
         self.close()
 
 
-def _results(ray, *, units: list[_Unit], stage: dict, sampler: dict, actors: int, held: dict) -> Iterator[str]:
+def _results(ray, **work) -> Iterator[str]:
     """The pipeline, run from a process that is part of the cluster; yields each file's result (JSON)
     as it is written."""
+    for row in _dataset(ray, **work).iter_rows():
+        yield row["result"]
+
+
+def _dataset(ray, *, units: list[_Unit], stage: dict, sampler: dict, actors: int, held: dict):
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.enable_fallback_to_arrow_object_ext_type = True  # a unit is a Python object (pickled)
@@ -380,8 +387,7 @@ def _results(ray, *, units: list[_Unit], stage: dict, sampler: dict, actors: int
                            compute=ray.data.ActorPoolStrategy(size=actors), fn_constructor_kwargs=sampler,
                            max_restarts=-1, max_task_retries=RETRIES, **held)
               .flat_map(_write, fn_kwargs=stage, num_cpus=1, max_retries=RETRIES))
-    for row in ds.iter_rows():
-        yield row["result"]
+    return ds
 
 
 class _Coordinator:
