@@ -230,6 +230,7 @@ class ClusterRestorer:
                  batch: int | None = None, compile: str = "off", mlp_share: float | None = None, echo=None):
         self.address = check_address(address)
         self.files = weights.load(model)  # checked here, before a cluster is joined
+        self.files.state.clear()  # the weights are the actors' to load; this process needs the settings
         self.model = os.path.abspath(model) if model is not None else None
         self.plan_name, self.device, self.batch, self.compile, self.mlp_share = plan, device, batch, compile, mlp_share
         self.echo = echo or (lambda s: print(s, file=sys.stderr))
