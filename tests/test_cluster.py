@@ -127,6 +127,19 @@ def test_without_ray_installed_the_error_says_how_to_install_it(tiny_model, tmp_
     assert not (tmp_path / "out" / "a.wav").exists()
 
 
+def test_the_progress_line_shows_files_hours_and_the_realtime_factor(capsys):
+    clock = iter([100.0, 160.0])
+    meter = cluster._Meter(True, files=4, seconds=7200.0, clock=lambda: next(clock))
+    meter.done(1800.0)
+    line = capsys.readouterr().err
+    assert line == "\r[1/4 files] 0.50/2.00 h of audio, 30.0x realtime  "
+    meter.end()
+    quiet = cluster._Meter(False, files=4, seconds=7200.0)
+    quiet.done(1800.0)
+    quiet.end()
+    assert "files" not in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- on a local Ray runtime
 @pytest.mark.slow
 def test_cluster_run_is_bit_identical_to_a_local_folder_run(ray_runtime, live_model, tmp_path):

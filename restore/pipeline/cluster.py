@@ -352,10 +352,12 @@ class ClusterRestorer:
 
     def close(self) -> None:
         """Leave the cluster (a local runtime stops) and remove what its workers had not finished writing."""
-        if self.started_ray:
-            _ray().shutdown()
-            self.started_ray = False
-        _sweep(self.pending)
+        try:
+            if self.started_ray:
+                self.started_ray = False
+                _ray().shutdown()
+        finally:
+            _sweep(self.pending)
 
     def __enter__(self) -> "ClusterRestorer":
         return self
@@ -455,15 +457,15 @@ def _sweep(pairs: list[tuple[Path, Path]]) -> None:
 class _Meter:
     """The cluster run's progress line: files, hours of audio, realtime factor."""
 
-    def __init__(self, enabled: bool, files: int, seconds: float):
-        self.enabled, self.files, self.seconds = enabled, files, seconds
-        self.count, self.audio, self.start = 0, 0.0, time.perf_counter()
+    def __init__(self, enabled: bool, files: int, seconds: float, clock=time.perf_counter):
+        self.enabled, self.files, self.seconds, self.clock = enabled, files, seconds, clock
+        self.count, self.audio, self.start = 0, 0.0, clock()
 
     def done(self, seconds: float) -> None:
         self.count += 1
         self.audio += seconds
         if self.enabled:
-            wall = time.perf_counter() - self.start
+            wall = self.clock() - self.start
             sys.stderr.write(f"\r[{self.count}/{self.files} files] {self.audio / 3600:.2f}/{self.seconds / 3600:.2f} h "
                              f"of audio, {self.audio / max(wall, 1e-9):.1f}x realtime  ")
             sys.stderr.flush()
