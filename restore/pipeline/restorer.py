@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from .. import weights
+from ..audio import as_path
 from ..codec import build_codec
 from ..config import PostConfig, SamplerConfig, WindowConfig
 from ..engines.factory import build_engine
-from ..audio import as_path
 from ..engines.plan import Plan, resolve_plan
 from ..engines.trace import Tracer
 from ..errors import InputError, RestoreError, UsageError
