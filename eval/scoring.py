@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -50,6 +51,14 @@ def _init_worker() -> None:
     import torch
 
     torch.set_num_threads(1)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent was killed would go on scoring the files already queued to it: stop it."""
+    while os.getppid() == parent:
+        time.sleep(2.0)
+    os._exit(1)
 
 
 def _compute(path: str, ref_path: str | None, names: list[str]) -> dict[str, tuple[str, object, float]]:

@@ -29,12 +29,25 @@ def __getattr__(name):  # lazy: `import restore` stays cheap (the training machi
 
 def load_model(model=None, **kwargs):
     """A Restorer holding the model (default: the shipped one), ready for many files; keyword arguments:
-    plan, device, mlp_share, compile, trace."""
+    plan, device, window, mlp_share, compile, trace, status."""
+    from .errors import UsageError
     from .pipeline.restorer import Restorer
+
+    unknown = sorted(set(kwargs) - set(RESTORER_KEYWORDS))
+    if unknown:
+        raise UsageError(f"unknown keyword(s) {', '.join(unknown)}; choose from {', '.join(RESTORER_KEYWORDS)}")
     return Restorer(model, **kwargs)
 
 
-def restore_file(input, output, options=None, *, model=None, plan="auto", device="auto", **changes):
-    """Restore one file; `options` (a RestoreOptions) and/or its fields as keyword arguments."""
-    with load_model(model, plan=plan, device=device) as restorer:
-        return restorer.restore_file(input, output, options, **changes)
+RESTORER_KEYWORDS = ("plan", "device", "window", "mlp_share", "compile", "trace", "status")
+
+
+def restore_file(input, output, options=None, *, model=None, overwrite=False, **changes):
+    """Restore one file; `options` (a RestoreOptions) and/or its fields as keyword arguments; the
+    Restorer's keywords (plan, device, mlp_share, compile) choose the engines. An existing output is kept
+    unless `overwrite`."""
+    engines = {k: changes.pop(k) for k in RESTORER_KEYWORDS if k in changes}
+    from .options import RestoreOptions
+    options = RestoreOptions.of(options, **changes)  # refused before the model loads
+    with load_model(model, **engines) as restorer:
+        return restorer.restore_file(input, output, options, overwrite=overwrite)

@@ -3,8 +3,10 @@ choices come from the constants the library validates against."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +15,7 @@ import typer
 
 from . import __version__
 from .engines.plan import COMPILE_MODES, PLANS
-from .errors import RestoreError
+from .errors import RestoreError, Terminated, command_line_words
 from .options import CHANNEL_MODES, LEVEL_MODES, SAMPLERS, RestoreOptions
 
 
@@ -42,7 +44,7 @@ def _version(value: bool) -> None:
 def restore(
     input: Annotated[Path, typer.Argument(help="Audio file or folder of audio files.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file, or folder for a folder input. Default: beside the input, with '.restored' (file) or '_restored' (folder) added.")] = None,
-    sampler: Annotated[Sampler, typer.Option(help="pro: more steps, best quality; flash: fewer steps, faster (the model may set both).")] = Sampler("pro"),
+    sampler: Annotated[Sampler, typer.Option(help="The model's quality (pro) or speed (flash) preset from its config.json; the shipped model sets both to one unguided step, so they give the same audio.")] = Sampler("pro"),
     steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the model's setting for the sampler, else the preset's).")] = None,
     guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
     strength: Annotated[Optional[float], typer.Option(help="How much of the model's correction to apply on top of its gentle linear estimate, 0-2 (default: the model's setting, else 1).")] = None,
@@ -57,7 +59,7 @@ def restore(
     format: Annotated[Optional[str], typer.Option("--format", help="Output extension for folder runs, e.g. flac (default: each input's own).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: $RESTORE_MODEL, else the shipped model).")] = None,
-    report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report (folder runs default to OUTPUT/restore-report.json).")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Where to write the JSON report; a folder run writes restore-report.json in the output folder unless given. An earlier report there is kept in its history.")] = None,
     batch: Annotated[Optional[int], typer.Option(help="Folder runs: channel windows restored together (default 16 on a GPU, 1 on the CPU).")] = None,
     cluster: Annotated[Optional[str], typer.Option(help="Folder runs on Ray: local (a Ray runtime in this process), auto (the cluster RAY_ADDRESS names) or ray://HOST:PORT. Needs pip install 'restore[cluster]'.")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="Write a Chrome/Perfetto trace (JSON) of what ran where and when.")] = None,
@@ -70,17 +72,22 @@ def restore(
     from . import api
 
     try:
-        options = RestoreOptions(sampler=sampler.value, steps=steps, guidance=guidance, strength=strength,
-                                 keep_input=keep_input, seed=seed, transcript=transcript, channels=channels.value,
-                                 sample_rate=sample_rate, level=level.value)
-        code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
-                       model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
-                       compile=compile.value, cluster=cluster, progress=not quiet and sys.stderr.isatty())
+        with command_line_words(), terminate_as_interrupt():
+            options = RestoreOptions(sampler=sampler.value, steps=steps, guidance=guidance, strength=strength,
+                                     keep_input=keep_input, seed=seed, transcript=transcript, channels=channels.value,
+                                     sample_rate=sample_rate, level=level.value)
+            code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
+                           model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
+                           compile=compile.value, cluster=cluster, progress=not quiet and sys.stderr.isatty())
     except RestoreError as e:
         if debug:
             traceback.print_exc()
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(e.exit_code) from None
+    except Terminated:
+        typer.echo("terminated: finished outputs are kept, unfinished ones dropped; run the same command again "
+                   "to resume", err=True)
+        raise typer.Exit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
         typer.echo("interrupted: finished outputs are kept; run the same command again to resume", err=True)
         raise typer.Exit(130) from None
@@ -90,6 +97,25 @@ def restore(
         typer.echo(f"error: {type(e).__name__}: {e} (run with --debug for details)", err=True)
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (kill, a service manager, a job scheduler) stops a run as Ctrl-C does: the exception
+    unwinds through the same clean-up (the file in progress and its temporary files dropped, a worker
+    process stopped, its shared memory freed). Signals that come while it unwinds are ignored."""
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, terminate)
+    before_int = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
 
 
 def main() -> None:

@@ -9,11 +9,14 @@ own settings (the presets, overridden by the model's config.json, overridden by 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, fields
+from numbers import Integral, Real
 
 from .audio import MAX_RATE, MIN_RATE
 from .config import SAMPLER_PRESETS, PostConfig, SamplerConfig
-from .errors import UsageError
+from .errors import UsageError, option
 
 SAMPLERS = tuple(SAMPLER_PRESETS)      # pro, flash
 CHANNEL_MODES = ("auto", "each", "mix")
@@ -37,18 +40,24 @@ class RestoreOptions:
     level: str = "input"               # input: as loud as the input; model: as the model restores it
 
     def __post_init__(self):
-        _choice("--sampler", self.sampler, SAMPLERS)
-        _choice("--channels", self.channels, CHANNEL_MODES)
-        _choice("--level", self.level, LEVEL_MODES)
-        if self.steps is not None and self.steps < 1:
-            raise UsageError(f"--steps must be at least 1, got {self.steps}")
-        if self.guidance is not None and self.guidance < 0:
-            raise UsageError(f"--guidance must be 0 or more, got {self.guidance}")
+        _choice("sampler", self.sampler, SAMPLERS)
+        _choice("channels", self.channels, CHANNEL_MODES)
+        _choice("level", self.level, LEVEL_MODES)
+        whole("seed", self.seed)
+        if self.steps is not None:
+            at_least("steps", self.steps, 1)
+        if self.guidance is not None and _number("guidance", self.guidance) < 0:
+            raise UsageError(f"{option('guidance')} must be 0 or more, got {self.guidance}")
         lo, hi = STRENGTH_RANGE
-        if self.strength is not None and not lo <= self.strength <= hi:
-            raise UsageError(f"--strength must be between {lo:g} and {hi:g}, got {self.strength}")
-        if self.sample_rate is not None and not MIN_RATE <= self.sample_rate <= MAX_RATE:
-            raise UsageError(f"--sample-rate must be {MIN_RATE}-{MAX_RATE} Hz, got {self.sample_rate}")
+        if self.strength is not None and not lo <= _number("strength", self.strength) <= hi:
+            raise UsageError(f"{option('strength')} must be between {lo:g} and {hi:g}, got {self.strength}")
+        if self.sample_rate is not None and not MIN_RATE <= whole("sample_rate", self.sample_rate) <= MAX_RATE:
+            raise UsageError(f"{option('sample_rate')} must be {MIN_RATE}-{MAX_RATE} Hz, got {self.sample_rate}")
+        if self.transcript is not None and not isinstance(self.transcript, (str, os.PathLike)):
+            raise UsageError(f"{option('transcript')} must be text or the path of a .txt file, "
+                             f"got {self.transcript!r}")
+        if isinstance(self.transcript, os.PathLike):
+            object.__setattr__(self, "transcript", os.fspath(self.transcript))
         object.__setattr__(self, "keep_input", _keep_input(self.keep_input))
 
     @classmethod
@@ -58,6 +67,8 @@ class RestoreOptions:
         if unknown:
             raise UsageError(f"unknown option(s) {', '.join(unknown)}; "
                              f"choose from {', '.join(f.name for f in fields(cls))}")
+        if options is not None and not isinstance(options, cls):
+            raise UsageError(f"options must be a RestoreOptions, got {options!r}")
         return dataclasses.replace(options or cls(), **changes)
 
     def resolve(self, model_settings: dict[str, dict] | None = None, has_skip: bool = True
@@ -74,34 +85,55 @@ class RestoreOptions:
         if self.guidance is not None:
             sampler = dataclasses.replace(sampler, w_so=self.guidance, w_t=self.guidance)
             if not any(sampler.schedule().guided):
-                raise UsageError(f"--guidance has no effect here: none of the {sampler.steps} step(s) of "
+                raise UsageError(f"{option('guidance')} has no effect here: none of the {sampler.steps} step(s) of "
                                  f"'{self.sampler}' runs the guidance branches (the first "
-                                 f"{sampler.guided_until:g} of the steps do, rounded); use --steps 2 or more")
+                                 f"{sampler.guided_until:g} of the steps do, rounded); use {option('steps', 2)} "
+                                 f"or more")
         if self.strength is not None:
             post = dataclasses.replace(post, strength=self.strength)
         if self.keep_input is not None:
             post = dataclasses.replace(post, keep_db=None if self.keep_input == KEEP_OFF else self.keep_input)
         if post.strength != 1.0 and not has_skip:
-            raise UsageError("--strength needs a model with the observation skip (precondition obs_skip)")
+            raise UsageError(f"{option('strength')} needs a model with the observation skip (precondition obs_skip)")
         return sampler, post
 
 
-def _choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise UsageError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+        raise UsageError(f"{option(name)} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def whole(name: str, value) -> int:
+    """`value`, refused unless it is a whole number (a bool is not one)."""
+    if not isinstance(value, Integral) or isinstance(value, bool):
+        raise UsageError(f"{option(name)} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def at_least(name: str, value, minimum: int) -> int:
+    """A whole-number option with a lower bound (steps, batch...)."""
+    if whole(name, value) < minimum:
+        raise UsageError(f"{option(name)} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _number(name: str, value) -> float:
+    if not isinstance(value, Real) or isinstance(value, bool) or not math.isfinite(value):
+        raise UsageError(f"{option(name)} must be a number, got {value!r}")
+    return float(value)
 
 
 def _keep_input(keep: float | str | None) -> float | str | None:
-    """--keep-input: 'off', or a level in dB; None leaves the model's setting."""
+    """keep_input: 'off', or a level in dB; None leaves the model's setting."""
     if keep is None:
         return None
     if str(keep).strip().lower() == KEEP_OFF:
         return KEEP_OFF
     try:
         db = float(keep)
-    except ValueError:
-        raise UsageError(f"--keep-input takes 'off' or a level in dB, got {keep!r}") from None
+    except (TypeError, ValueError):
+        raise UsageError(f"{option('keep_input')} takes 'off' or a level in dB, got {keep!r}") from None
     lo, hi = KEEP_RANGE_DB
     if not lo <= db <= hi:
-        raise UsageError(f"--keep-input must be 'off' or between {lo:g} and {hi:g} dB, got {keep}")
+        raise UsageError(f"{option('keep_input')} must be 'off' or between {lo:g} and {hi:g} dB, got {keep}")
     return db

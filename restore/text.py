@@ -31,6 +31,11 @@ def encode(text: str | None, max_tokens: int) -> list[int]:
     return ids
 
 
+def tokens(text: str | None) -> int:
+    """How many tokens `encode` gives `text` before any cut: the null token and one per character."""
+    return 1 + (len(normalize(text)) if text else 0)
+
+
 def batch(texts: list[str | None], max_tokens: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, L) ids and (B, L) bool mask of existing keys; L is the longest sequence in the batch."""
     seqs = [encode(t, max_tokens) for t in texts]

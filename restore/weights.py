@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, PostConfig, SamplerConfig
-from .errors import InputError
+from .errors import InputError, option
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 15 * 1024 * 1024  # under 16 MiB: the limit of files that come back from the GPU machine
@@ -43,8 +43,8 @@ def find_model(model: str | Path | None = None) -> Path:
     for folder in SHIPPED_MODELS:
         if (folder / "config.json").is_file():
             return folder
-    raise InputError(f"no model given and none shipped at {SHIPPED_MODELS[0]}; pass --model FOLDER or set "
-                     f"{MODEL_ENV}")
+    raise InputError(f"no model given and none shipped at {SHIPPED_MODELS[0]}; pass {option('model')} (a model "
+                     f"folder) or set {MODEL_ENV}")
 
 
 @dataclass

@@ -269,3 +269,79 @@ def test_check_output_no_permission(tmp_path):
             audio.check_output(None, ro / "out.wav")
     finally:
         ro.chmod(0o755)
+
+
+# ---- what killed runs leave, full disks, formats that are not read, files cut short (issue 48) ----
+
+def dead_pid():
+    """The PID of a process that has ended."""
+    import subprocess
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_temporary_files_name_their_output_and_process(tmp_path):
+    tmp = audio.temp_file(tmp_path / "a.wav", ".float.part")
+    assert tmp.name.startswith(f".a.wav.{os.getpid()}.") and tmp.name.endswith(".float.part")
+    with audio.AtomicWriter(tmp_path / "b.flac", 16000, 1) as w:
+        assert w.tmp.name.startswith(f".b.flac.{os.getpid()}.") and w.tmp.name.endswith(".part")
+        w.write(tone(0.6, 16000))
+
+
+def test_remove_stale_temps_keeps_what_a_running_writer_holds(tmp_path):
+    dead, alive = dead_pid(), os.getppid()  # pytest's parent outlives this test
+    stale = [tmp_path / f".a.wav.{dead}.abcd_123.part", tmp_path / "sub" / f".b.flac.{dead}.k2j4h5g6.float.part",
+             tmp_path / ".c.wav.zz9yy8xx.part"]  # older writers named no process: always stale
+    kept = [tmp_path / f".d.wav.{alive}.abcdefgh.part",  # a run that is still writing
+            tmp_path / ".hidden.wav", tmp_path / "notes.part", tmp_path / ".e.wav.part", tmp_path / "a.wav"]
+    for p in stale + kept:
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(b"x")
+    assert audio.remove_stale_temps(tmp_path, "b.flac") == 0  # one output's, in its own folder only
+    assert audio.remove_stale_temps(tmp_path, "a.wav") == 1 and not stale[0].exists()
+    assert audio.remove_stale_temps(tmp_path) == 2  # the whole tree
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+    assert audio.remove_stale_temps(tmp_path / "missing") == 0
+
+
+def test_a_full_disk_is_said_with_the_space_needed(tmp_path, monkeypatch):
+    import errno
+    out = tmp_path / "out.wav"
+    monkeypatch.setattr(audio, "free_bytes", lambda folder: 3 * audio.MB)
+    assert audio.disk_full(out, 2 * audio.MB) is None  # before the file starts: it fits
+    err = audio.disk_full(out, 5 * audio.MB)
+    assert str(err) == f"{out}: no space left on device (5.0 MB needed, 3.0 MB free)"
+    # after a failed write: by errno, or by the space left (libsndfile's bare "System error")
+    assert "no space left" in str(audio.disk_full(out, 0, OSError(errno.ENOSPC, "No space left on device")))
+    assert audio.disk_full(out, 2 * audio.MB, sf.LibsndfileError(2)) is None
+    full = audio.disk_full(out, 40 * audio.MB, sf.LibsndfileError(2), held=audio.MB, bound=True)
+    assert str(full) == f"{out}: no space left on device (up to 40 MB needed, 4.0 MB free)"
+
+
+def test_formats_that_are_not_read_are_explained(tmp_path):
+    m4a = tmp_path / "talk 1.m4a"
+    m4a.write_bytes(b"\0\0\0 ftypM4A " + bytes(200))
+    with pytest.raises(InputError) as e:
+        audio.probe(m4a)
+    msg = str(e.value)
+    assert msg.startswith(f"{m4a}: .m4a files (AAC or ALAC) are not read; restore reads wav, flac")
+    assert "ffmpeg -i 'talk 1.m4a' 'talk 1.flac'" in msg
+    junk = tmp_path / "junk.wav"
+    junk.write_text("not audio\n" * 40)
+    with pytest.raises(InputError, match="not a readable audio file .*; restore reads wav.*convert it first"):
+        audio.probe(junk)
+
+
+@pytest.mark.parametrize("ext", [".wav", ".aiff", ".au", ".rf64"])
+def test_a_file_cut_short_is_noticed(tmp_path, ext):
+    """libsndfile reads what a truncated file holds without a word; its header says how long it was."""
+    whole, cut = tmp_path / f"whole{ext}", tmp_path / f"cut{ext}"
+    for p in (whole, cut):
+        sf.write(p, tone(3.0, 16000), 16000)
+    with open(cut, "r+b") as f:
+        f.truncate(cut.stat().st_size // 2)
+    assert audio.probe(whole).truncation() is None
+    info = audio.probe(cut)
+    assert info.duration == pytest.approx(1.5, abs=0.01) and info.header_frames == pytest.approx(48000, abs=50)
+    assert info.truncation() == "the file is cut short: its header says 3.0 s, it holds 1.5 s; that much was restored"

@@ -4,6 +4,7 @@ traceback, nothing left behind."""
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -469,8 +470,14 @@ def test_split_plan_with_trace(cli, tmp_path):
     assert sf.info(str(tmp_path / "out.wav")).frames == 2 * 16000
     events = json.loads(trace.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
-    assert {"main", "worker", "second engine", "pipeline", "io"} <= tracks
+    assert {"main", "worker", "second engine", "pipeline", "io", "phases"} <= tracks
+    phases = {e["name"] for e in events if e["ph"] == "X" and e["tid"] == phase_track(events)}
+    assert {"loading the model (split plan)", "starting the worker process"} <= phases
     assert f"trace: {trace}" in result.output
+
+
+def phase_track(events):
+    return next(e["tid"] for e in events if e["ph"] == "M" and e["args"]["name"] == "phases")
 
 
 def test_unknown_plan_is_a_usage_error(cli, tmp_path):
@@ -484,3 +491,201 @@ def test_cuda_graphs_without_the_cuda_plan_is_a_usage_error(cli, tmp_path):
     result = cli(src, "-o", tmp_path / "out.wav", "--plan", "cpu", "--compile", "cuda-graphs")
     assert result.exit_code == 2 and "cuda" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out.wav").exists()
+
+
+# ---- issue 48: refused before work, full disks, formats, reports, what a killed run left ----
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if the model is loaded: what these refusals must come before."""
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded")
+    monkeypatch.setattr("restore.weights.load", boom)
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--batch", "0"], "--batch must be at least 1, got 0"),
+    (["--batch", "-5"], "--batch must be at least 1, got -5"),
+    (["--plan", "split", "--mlp-share", "5"], "--mlp-share must be a share between 0 and 1, got 5.0"),
+    (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+])
+def test_bad_run_options_are_refused_before_the_model_loads(cli, tmp_path, no_model_load, args, problem):
+    src = put(tmp_path / "in.wav")
+    assert_clean_error(cli(src, "-o", tmp_path / "out.wav", *args), problem.split()[0], problem, 2)
+    assert tree(tmp_path) == ["in.wav"]
+
+
+def test_the_apple_plan_is_refused_where_its_engines_are_missing(cli, tmp_path, monkeypatch, no_model_load):
+    """A fake Linux machine (no MLX GPU, no Core ML): refused at once, not a 16-minute CPU share sweep."""
+    from restore.engines import plan as plan_mod
+    monkeypatch.setattr(plan_mod, "apple_engines", lambda: [])
+    src = put(tmp_path / "in.wav")
+    result = cli(src, "-o", tmp_path / "out.wav", "--plan", "apple")
+    assert_clean_error(result, "--plan apple", "needs an Apple Silicon Mac", 2)
+    assert "use --plan auto" in result.output and tree(tmp_path) == ["in.wav"]
+
+
+@pytest.mark.parametrize("case", ["nan", "silent"])
+def test_silent_and_nan_inputs_are_refused_before_the_model_loads(cli, tmp_path, no_model_load, case):
+    src, problem = _bad_inputs(tmp_path)[case]
+    assert_clean_error(cli(src, "-o", tmp_path / "out" / "restored.wav"), src, problem, 1)
+
+
+def test_help_is_not_cut_at_80_columns():
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0 and "…" not in result.output and "restore-report.json" in result.output
+
+
+def test_the_first_seconds_say_what_is_loading(tiny_model, tmp_path, capsys):
+    src = put(tmp_path / "in.wav")
+    code = api.run(src, tmp_path / "out.wav", model=tiny_model, progress=True, echo=lambda s: None)
+    assert code == 0 and "loading the model (cpu plan)" in capsys.readouterr().err
+
+
+def test_a_file_cut_short_is_restored_with_a_warning(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 2.0)
+    with open(src, "r+b") as f:
+        f.truncate(src.stat().st_size // 2)
+    result = cli(src, "-o", tmp_path / "out.wav")
+    assert result.exit_code == 0, result.output
+    assert "warning: the file is cut short: its header says 2.0 s, it holds 1.0 s" in result.output
+
+
+def test_a_transcript_longer_than_the_model_reads_is_said(cli, tmp_path):
+    src = put(tmp_path / "in.wav")
+    long = " ".join(["word"] * 200)  # 999 characters: the tiny model reads 511 a window
+    result = cli(src, "-o", tmp_path / "out.wav", "--transcript", long)
+    assert result.exit_code == 0, result.output
+    assert "warning: the transcript is longer than the model reads (511 characters" in result.output
+    assert "window(s) 1" in result.output
+    assert "warning" not in cli(src, "-o", tmp_path / "out2.wav", "--transcript", "a few words").output
+
+
+def test_folder_lists_files_in_formats_it_does_not_read(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    put(src / "a.wav")
+    (src / "sub").mkdir()
+    (src / "sub" / "talk.m4a").write_bytes(b"\0\0\0 ftypM4A " + bytes(100))
+    (src / "notes.pdf").write_bytes(b"%PDF")  # not audio: not listed
+    result = cli(src, "-o", out)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "warning: 1 file(s) skipped, their format is not read (.m4a); convert them first, e.g. ffmpeg -i " \
+           "talk.m4a talk.flac" in result.output
+    assert "1 restored, 0 skipped, 0 failed, 1 not read" in result.output
+    rep = report(out)
+    (entry,) = [e for e in rep["files"] if e["input"] == str(src / "sub" / "talk.m4a")]
+    assert entry["status"] == "skipped (format not read)" and "ffmpeg" in entry["error"]
+    assert rep["summary"]["not_read"] == 1 and len(rep["files"]) == 2
+    only = tmp_path / "only"
+    (only / "x.m4a").parent.mkdir()
+    (only / "x.m4a").write_bytes(b"\0\0\0 ftypM4A ")
+    assert_clean_error(cli(only, "-o", tmp_path / "o2"), only, "1 file(s) in formats it does not read", 2)
+
+
+def test_a_full_disk_fails_the_file_and_stops_the_folder_run(cli, tmp_path, monkeypatch):
+    """A write into b's output fails as libsndfile fails on a full disk ("System error", no errno)."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    for name in ("a", "b", "c"):
+        put(src / f"{name}.wav")
+    full = []
+    write = sf.SoundFile.write
+
+    def failing(self, data):
+        if os.path.basename(self.name).startswith(".b.wav."):
+            full.append(1)
+            raise sf.LibsndfileError(2)
+        return write(self, data)
+
+    monkeypatch.setattr(sf.SoundFile, "write", failing)
+    monkeypatch.setattr(api.audio, "free_bytes", lambda folder: 0 if full else 1 << 40)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"error: {out / 'b.wav'}: no space left on device (" in result.output
+    assert f"stopped: no space left on device for {out / 'b.wav'}; 1 file(s) not restored" in result.output
+    assert tree(out) == ["a.wav", "restore-report.json"]  # no temporary file left
+    status = {Path(e["input"]).name: e["status"] for e in report(out)["files"]}
+    assert status == {"a.wav": "restored", "b.wav": "failed",
+                      "c.wav": f"not restored (stopped: no space left on device for {out / 'b.wav'})"}
+    assert "MB needed" in [e for e in report(out)["files"] if e["status"] == "failed"][0]["error"]
+
+
+def test_free_space_is_checked_before_a_file_starts(cli, tmp_path, monkeypatch):
+    src = put(tmp_path / "in.wav", 2.0)
+    monkeypatch.setattr(api.audio, "free_bytes", lambda folder: 200_000)
+    out = tmp_path / "out.wav"  # 64 kB of audio, its 128 kB float copy, and the margin
+    assert_clean_error(cli(src, "-o", out), out, "no space left on device (1.2 MB needed, 0.2 MB free)", 1)
+    assert tree(tmp_path) == ["in.wav"]
+
+
+def test_stale_temporary_files_are_removed_and_counted(cli, tmp_path):
+    from tests.test_audio import dead_pid
+    src, out = tmp_path / "in", tmp_path / "out"
+    names = make_folder(src)
+    dead = dead_pid()
+    left = [out / f".a.wav.{dead}.abcdefgh.part", out / "sub" / f".b.flac.{dead}.12345678.float.part",
+            out / "sub" / ".gone.wav.qwertyui.part"]
+    live = out / f".c.ogg.{os.getppid()}.abcdefgh.part"
+    for p in left + [live]:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x" * 100)
+    result = cli(src, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert f"removed 3 temporary file(s) that an interrupted run left in {out}" in result.output
+    assert tree(out) == sorted(names + ["restore-report.json", live.name])
+    single = tmp_path / "single"
+    (single / f".x.wav.{dead}.abcdefgh.part").parent.mkdir()
+    (single / f".x.wav.{dead}.abcdefgh.part").write_bytes(b"x")
+    (single / f".y.wav.{dead}.abcdefgh.part").write_bytes(b"x")  # another output's: not this run's to judge
+    result = cli(src / "a.wav", "-o", single / "x.wav")
+    assert "removed 1 temporary file(s)" in result.output
+    assert tree(single) == [f".y.wav.{dead}.abcdefgh.part", "x.wav"]
+
+
+def test_a_rerun_keeps_the_earlier_reports(cli, tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_folder(src)
+    assert cli(src, "-o", out).exit_code == 0
+    result = cli(src, "-o", out)
+    assert "0 restored, 3 skipped, 0 failed; report" in result.output  # no "0.00x realtime" for nothing
+    assert cli(src, "-o", out).exit_code == 0
+    rep = report(out)
+    assert rep["summary"]["skipped"] == 3 and [h["summary"]["restored"] for h in rep["history"]] == [3, 0]
+    assert all("history" not in h for h in rep["history"])
+    other = tmp_path / "other.json"
+    other.write_text('{"something": "else"}')
+    assert_clean_error(cli(src / "a.wav", "-o", tmp_path / "x.wav", "--report", other), other,
+                       "is not a restore report; choose another --report", 2)
+    assert other.read_text() == '{"something": "else"}'
+
+
+def _private_tmpfs_works():
+    import subprocess
+    try:
+        return subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _private_tmpfs_works(), reason="needs a private mount namespace (unshare -rm) for a tmpfs")
+def test_a_real_full_disk(tiny_model, tmp_path):
+    """A 2 MB tmpfs in a private mount namespace: the first FLAC output fits, the second runs out of space
+    while it is written (no check can foresee a compressed size), the third is not started."""
+    import subprocess
+    import sys
+    src, out = tmp_path / "in", tmp_path / "small"
+    x = speechlike(30.0, 48000)
+    for name in ("a", "b", "c"):
+        put(src / f"{name}.wav", data=np.stack([x, 0.5 * x], axis=1), sr=48000)
+    out.mkdir()
+    command = (f"mount -t tmpfs -o size=2m tmpfs {out} && {sys.executable} -m restore {src} -o {out / 'f'} "
+               f"--model {tiny_model} --sampler flash --steps 1 --level model --format flac; echo rc=$?; "
+               f"ls -A {out / 'f'}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", command], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    output = done.stdout + done.stderr
+    assert "rc=1" in output and "Traceback" not in output and "LibsndfileError" not in output
+    assert f"error: {out / 'f' / 'b.flac'}: no space left on device (up to " in output
+    assert "stopped: no space left on device" in output and "1 file(s) not restored" in output
+    assert sorted(done.stdout.split()[1:]) == ["a.flac", "restore-report.json"]  # no temporary file

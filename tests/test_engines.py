@@ -92,6 +92,60 @@ def test_sweep_picks_a_share_and_drops_unsplit_weights(model_dir):
     second.close()
 
 
+def test_long_phases_are_shown_and_stop_on_ctrl_c(model_dir):
+    """The share sweep names each share it measures, and a Ctrl-C in the middle of it is not swallowed."""
+    from restore.engines.plan import Plan
+    from restore.engines.torch_branches import TorchBranches
+    files = weights.load(model_dir)
+    model, codec = weights.build_model(files), build_codec(files.codec)
+    said = []
+    tracer = Tracer(enabled=True, status=said.append)
+    branches = TorchBranches(model, Plan("split", "cpu", torch.float32, split=True), tracer)
+    wave = window()
+    try:
+        branches.begin_window(wave, codec.encode(wave), ["hello"])
+        assert said == [f"measuring how to split each MLP between two engines: share {s:g} ({i} of 3)"
+                        for i, s in enumerate((0.0, 0.25, 0.5), 1)]
+        assert {e["name"] for e in tracer.events if e["track"] == "phases"} == set(said)
+    finally:
+        branches.close()
+    calls = []
+    model = weights.build_model(files)
+    velocity = model.velocity
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 4:  # the second share's warm-up
+            raise KeyboardInterrupt
+        return velocity(*args)
+
+    model.velocity = interrupted
+    branches = TorchBranches(model, Plan("split", "cpu", torch.float32, split=True), Tracer(False, said.append))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            branches.begin_window(wave, codec.encode(wave), ["hello"])
+        assert len(calls) == 4 and said[-1].endswith("(2 of 3)")
+    finally:
+        branches.close()
+
+
+def test_compiling_is_shown_once_per_batch_shape(model_dir, monkeypatch):
+    from restore.engines import torch_branches
+    monkeypatch.setattr(torch_branches.torch, "compile", lambda fn, **kw: fn)  # the phase, not the compiler
+    files = weights.load(model_dir)
+    model, codec = weights.build_model(files), build_codec(files.codec)
+    said = []
+    branches = torch_branches.TorchBranches(model, resolve_plan("cpu", "cpu", compile="default"),
+                                            Tracer(False, said.append))
+    wave = window()
+    branches.begin_window(wave, codec.encode(wave), ["hello"])
+    x = torch.randn(1, T, 514)
+    for _ in range(2):
+        branches.velocities(x, 0.7, True)  # the cpu plan runs the branches one by one: one shape
+        branches.velocities(x, 0.3, False)
+    assert said == ["compiling the model for batches of 1 (once per batch shape)"]
+
+
 def run_window(eng, codec, seed=0, steps=4, guided_until=0.5):
     wave = window(seed)
     obs = eng.result(eng.encode_async(wave, urgent=True))

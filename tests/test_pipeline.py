@@ -139,11 +139,11 @@ def test_channels_mix(restorer, tmp_path):
 
 def test_bad_channels_and_rate_options(restorer, tmp_path):
     src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
-    with pytest.raises(UsageError, match="--channels"):
+    with pytest.raises(UsageError, match="^channels must be one of auto, each, mix, got 'left'$"):
         restorer.restore_file(src, tmp_path / "out.wav", channels="left", **FAST)
-    with pytest.raises(UsageError, match="--sample-rate"):
+    with pytest.raises(UsageError, match="^sample_rate must be 8000-192000 Hz"):
         restorer.restore_file(src, tmp_path / "out.wav", sample_rate=1000, **FAST)
-    with pytest.raises(UsageError, match="--steps"):
+    with pytest.raises(UsageError, match="^steps must be at least 1"):
         restorer.restore_file(src, tmp_path / "out.wav", sampler="flash", steps=0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]
 
@@ -209,7 +209,7 @@ def test_failure_mid_file_leaves_existing_output(restorer, tmp_path, monkeypatch
 
     monkeypatch.setattr(Restorer, "_sample", failing)
     with pytest.raises(RuntimeError, match="crash"):
-        restorer.restore_file(src, out, **FAST)
+        restorer.restore_file(src, out, overwrite=True, **FAST)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav", "out.wav"]
 
@@ -311,5 +311,72 @@ def test_the_restored_file_is_as_loud_as_the_input_unless_asked_otherwise(restor
     assert rms(a) == pytest.approx(rms(x), rel=0.01) and not rep.level_limited
     assert rep.level == "input" and raw.level == "model" and raw.level_gain_db is None
     assert np.allclose(a, b * 10 ** (rep.level_gain_db / 20), rtol=2e-3, atol=1e-6)  # one gain (reported to 0.01 dB)
-    with pytest.raises(UsageError, match="--level must be one of input, model"):
+    with pytest.raises(UsageError, match="^level must be one of input, model"):
         restorer.restore_file(src, tmp_path / "c.wav", level="loud", **FAST)
+
+
+# ---- the Python API is as safe as the command line (issue 48) ----
+
+def test_the_api_keeps_an_existing_output_unless_asked(restorer, tmp_path):
+    src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
+    out = write(tmp_path / "out.flac", speechlike(1.0, 16000, seed=3), 16000)
+    before = out.read_bytes()
+    with pytest.raises(UsageError, match=r"out.flac: already exists \(use overwrite=True to replace it\)$"):
+        restorer.restore_file(src, out, **FAST)
+    ((_, _, error),) = restorer.restore_files([(src, out)], **FAST)
+    assert isinstance(error, UsageError) and out.read_bytes() == before
+    restorer.restore_file(src, out, overwrite=True, **FAST)
+    assert out.read_bytes() != before
+    import restore
+    with pytest.raises(UsageError, match="already exists"):
+        restore.restore_file(src, out, model=restorer.model_dir, **FAST)
+
+
+@pytest.mark.parametrize("call, problem", [
+    (lambda r, src, out: r.restore_file(src, out, seed="abc"), "seed must be a whole number, got 'abc'"),
+    (lambda r, src, out: r.restore_file(src, out, steps=2.5), "steps must be a whole number, got 2.5"),
+    (lambda r, src, out: r.restore_file(src, out, strength="x"), "strength must be a number, got 'x'"),
+    (lambda r, src, out: r.restore_file(src, out, guidance=float("nan")), "guidance must be a number, got nan"),
+    (lambda r, src, out: r.restore_file(src, out, transcript=5), "transcript must be text or the path of a .txt file"),
+    (lambda r, src, out: r.restore_file(src, out, keep_input=[1]), "keep_input takes 'off' or a level in dB"),
+    (lambda r, src, out: r.restore_file(src, out, bogus=1), "unknown option(s) bogus; choose from sampler"),
+    (lambda r, src, out: r.restore_file(src, out, "flash"), "options must be a RestoreOptions, got 'flash'"),
+    (lambda r, src, out: r.restore_file(None, out), "input must be a file or folder path (str or pathlib.Path), got None"),
+    (lambda r, src, out: r.restore_file(src, 3), "output must be a file or folder path (str or pathlib.Path), got 3"),
+    (lambda r, src, out: list(r.restore_files([(src, out)], batch_rows=0)), "batch_rows must be at least 1, got 0"),
+    (lambda r, src, out: r.restore_file(src, out, steps=1, guidance=2.0), "guidance has no effect here"),
+    (lambda r, src, out: Restorer(r.model_dir, mlp_share="x"), "mlp_share must be a share between 0 and 1"),
+    (lambda r, src, out: Restorer(r.model_dir, device="tpu"), "device must be auto, cpu, cuda or cuda:N"),
+    (lambda r, src, out: Restorer(r.model_dir, plan="split", mlp_share=5), "mlp_share must be a share between 0 and 1"),
+    (lambda r, src, out: Restorer(r.model_dir, plan="cpu", compile="cuda-graphs"), "compile='cuda-graphs' needs"),
+    (lambda r, src, out: Restorer(None, plan="cuda", device="cpu"), "plan='cuda' needs a CUDA device"),
+    (lambda r, src, out: Restorer(5), "model must be a file or folder path"),
+])
+def test_the_api_refuses_bad_arguments_in_one_sentence_of_its_own_words(restorer, tmp_path, call, problem):
+    src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
+    with pytest.raises(UsageError) as e:
+        call(restorer, src, tmp_path / "out.wav")
+    assert problem in str(e.value) and "--" not in str(e.value) and "\n" not in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]
+
+
+def test_the_command_line_gets_the_same_errors_in_its_flags():
+    from restore.errors import command_line_words
+    from restore.options import RestoreOptions
+    with command_line_words(), pytest.raises(UsageError, match="^--keep-input must be 'off' or between"):
+        RestoreOptions(keep_input=99)
+    with pytest.raises(UsageError, match="^keep_input must be 'off' or between"):
+        RestoreOptions(keep_input=99)
+    with command_line_words(), pytest.raises(ValueError, match=r"^--compile cuda-graphs needs the cuda plan$"):
+        resolve_plan("cpu", "cpu", compile="cuda-graphs")
+
+
+def test_the_module_functions_take_the_restorers_keywords(live_model, tmp_path):
+    import restore
+    src = write(tmp_path / "in.wav", speechlike(1.0, 16000), 16000)
+    with pytest.raises(UsageError, match="^unknown option"):
+        restore.restore_file(src, tmp_path / "o.wav", model=live_model, mlp_shares=0.5)
+    with pytest.raises(UsageError, match="^unknown keyword"):
+        restore.load_model(live_model, threads=3)
+    rep = restore.restore_file(src, tmp_path / "o.wav", model=live_model, plan="cpu", compile="off", **FAST)
+    assert rep.seconds_audio == 1.0

@@ -154,7 +154,7 @@ class MLXBranches:
         x = mx.random.normal(self.state.cond_h[:b].shape[:2] + (self.mlx.codec.latent_dim,), key=mx.random.key(0))
         forward = lambda: mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))  # noqa: E731
         self.share, self.swept = sweep(lambda share: self.split(share, originals), forward,
-                                       SHARES["gpu" if gpu_available() else "cpu"])
+                                       SHARES["gpu" if gpu_available() else "cpu"], tracer=self.tracer)
         del originals  # the unsplit fp32 weights go with the last reference
 
     def close(self) -> None:

@@ -17,9 +17,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import re
 from dataclasses import dataclass, replace
+from numbers import Real
 
 import torch
+
+from ..errors import option
 
 PLANS = ("auto", "cpu", "cuda", "split", "apple")
 
@@ -51,9 +55,27 @@ def _importable(module: str) -> bool:
         return False
 
 
+def apple_engines() -> list[str]:
+    """The engines of the apple plan this machine has: MLX on a GPU (Metal on a Mac), Core ML (macOS with
+    coremltools, for the Neural Engine)."""
+    found = []
+    if _importable("mlx.core"):
+        import mlx.core as mx
+        if mx.is_available(mx.gpu):
+            found.append("MLX on the GPU")
+    if platform.system() == "Darwin" and _importable("coremltools"):
+        found.append("Core ML")
+    return found
+
+
 def _apple_plan(mlp_share: float | None, worker_backend: str | None) -> Plan:
+    if worker_backend is None and not apple_engines():
+        # Both engines would be CPU stand-ins: slower than the cpu plan by far, and its first window
+        # sweeps the MLP split on the CPU for many minutes. Tests name a worker backend to run it so.
+        raise ValueError(f"{option('plan', 'apple')} needs an Apple Silicon Mac (MLX on its GPU, Core ML on its "
+                         f"Neural Engine) and this machine has neither; use {option('plan', 'auto')}")
     if not _importable("mlx.core"):
-        raise ValueError("plan 'apple' needs MLX (pip install 'restore[apple]')")
+        raise ValueError(f"{option('plan', 'apple')} needs MLX (pip install 'restore[apple]')")
     import mlx.core as mx
 
     gpu = mx.is_available(mx.gpu)
@@ -73,16 +95,21 @@ def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | No
                  worker_backend: str | None = None, compile: str = "off") -> Plan:
     """`auto` picks the fastest plan this machine supports (`apple` on an Apple Silicon Mac with MLX,
     unless a device is named). `worker_backend` overrides the apple plan's worker (tests on Linux).
-    `compile` (off, default, cuda-graphs) compiles the forward of the cpu and cuda plans."""
-    plan = _resolve(name, device, mlp_share, worker_backend)
+    `compile` (off, default, cuda-graphs) compiles the forward of the cpu and cuda plans. `mlp_share`
+    (0-1) fixes the second engine's share of each MLP of the split and apple plans. The apple plan is
+    refused where neither of its engines exists, unless a worker backend is named."""
+    if mlp_share is not None and (isinstance(mlp_share, bool) or not isinstance(mlp_share, Real)
+                                  or not 0.0 <= mlp_share <= 1.0):
+        raise ValueError(f"{option('mlp_share')} must be a share between 0 and 1, got {mlp_share!r}")
     if compile not in COMPILE_MODES:
-        raise ValueError(f"unknown compile mode {compile!r}; choose one of {', '.join(COMPILE_MODES)}")
+        raise ValueError(f"{option('compile')} must be one of {', '.join(COMPILE_MODES)}, got {compile!r}")
+    plan = _resolve(name, device, mlp_share, worker_backend)
     if compile == "off":
         return plan
     if plan.name not in ("cpu", "cuda"):
-        raise ValueError(f"--compile applies to the cpu and cuda plans, not {plan.name!r}")
+        raise ValueError(f"{option('compile')} applies to the cpu and cuda plans, not {plan.name!r}")
     if compile == "cuda-graphs" and plan.name != "cuda":
-        raise ValueError("--compile cuda-graphs needs the cuda plan")
+        raise ValueError(f"{option('compile', 'cuda-graphs')} needs the cuda plan")
     return replace(plan, compile=COMPILE_MODES[compile])
 
 
@@ -99,30 +126,33 @@ def gpu_noise_threads() -> int:
 
 def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None) -> Plan:
     if name not in PLANS:
-        raise ValueError(f"unknown plan {name!r}; choose one of {', '.join(PLANS)}")
+        raise ValueError(f"{option('plan')} must be one of {', '.join(PLANS)}, got {name!r}")
+    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ValueError(f"{option('device')} must be auto, cpu, cuda or cuda:N, got {device!r}")
     device_given = device != "auto"
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} needs a CUDA GPU, and torch sees none")
+        raise ValueError(f"{option('device', device)} needs a CUDA GPU, and torch sees none")
     if name == "auto":
         name = "cuda" if device.startswith("cuda") else ("apple" if not device_given and apple_silicon() else "cpu")
     if name == "apple":
         if device != "cpu":
-            raise ValueError(f"plan 'apple' places its own engines (MLX, Core ML); it takes no device {device!r}")
+            raise ValueError(f"{option('plan', 'apple')} places its own engines (MLX, Core ML); it takes no "
+                             f"{option('device', device)}")
         return _apple_plan(mlp_share, worker_backend)
     if name == "cuda":
         if not device.startswith("cuda"):
-            raise ValueError("plan 'cuda' needs a CUDA device (--device cuda)")
+            raise ValueError(f"{option('plan', 'cuda')} needs a CUDA device ({option('device', 'cuda')})")
         return Plan("cuda", device, torch.bfloat16, noise_threads=gpu_noise_threads())
     if name == "split":
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         return Plan("split", device, dtype, worker=True, split=True, mlp_share=mlp_share)
     if device != "cpu":
-        raise ValueError(f"plan 'cpu' runs on the CPU, not {device!r}")
+        raise ValueError(f"{option('plan', 'cpu')} runs on the CPU, not {option('device', device)}")
     # One forward per branch: on a 2-core CPU batching the three branches was no faster (flash 2.23x
     # against 2.37x realtime, pro 0.50x both, on an 8-layer model) and held 126-152 MB more.
     return Plan("cpu", "cpu", torch.float32, batch_branches=False)
 
 
-__all__ = ["COMPILE_MODES", "PLANS", "Plan", "apple_silicon", "gpu_noise_threads", "resolve_plan"]
+__all__ = ["COMPILE_MODES", "PLANS", "Plan", "apple_engines", "apple_silicon", "gpu_noise_threads", "resolve_plan"]

@@ -38,21 +38,26 @@ def split_point(intermediate: int, share: float) -> int:
 
 
 def sweep(resplit: Callable[[float], None], forward: Callable[[], None], shares: Sequence[float],
-          repeats: int = 2, sync: Callable[[], None] = lambda: None) -> tuple[float, dict[float, float]]:
+          repeats: int = 2, sync: Callable[[], None] = lambda: None, tracer: Tracer | None = None
+          ) -> tuple[float, dict[float, float]]:
     """Split at each share (`resplit`) and time `forward` (one sot forward pass on the real window
     shape; `sync` waits for an asynchronous device); split at the fastest. Returns (share, seconds
-    per share). The caller drops the unsplit weights it kept for `resplit`."""
+    per share). The caller drops the unsplit weights it kept for `resplit`. Each share is a phase of
+    `tracer` (what the progress display shows meanwhile)."""
+    tracer = tracer or Tracer(enabled=False)
     times: dict[float, float] = {}
-    for share in shares:
-        resplit(share)
-        forward()  # warm-up: allocations, first-call costs, compilation
-        best = float("inf")
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            forward()
-            sync()
-            best = min(best, time.perf_counter() - t0)
+    for i, share in enumerate(shares):
+        with tracer.phase(f"measuring how to split each MLP between two engines: share {share:g} "
+                          f"({i + 1} of {len(shares)})"):
+            resplit(share)
+            forward()  # warm-up: allocations, first-call costs, compilation
+            best = float("inf")
+            for _ in range(repeats):
+                sync()
+                t0 = time.perf_counter()
+                forward()
+                sync()
+                best = min(best, time.perf_counter() - t0)
         times[share] = best
     chosen = min(times, key=times.get)
     resplit(chosen)

@@ -21,7 +21,8 @@ class TorchBranches:
         self.tracer = tracer or Tracer(enabled=False)
         # Static window shapes: a compiled forward (and its CUDA graphs) is built once per row count.
         compile = plan.compile
-        self.forward = torch.compile(model.velocity, mode=compile, dynamic=False) if compile else model.velocity
+        self.forward = self._compiled(torch.compile(model.velocity, mode=compile, dynamic=False)) if compile \
+            else model.velocity
         self.copy_out = compile is not None  # CUDA-graph outputs are overwritten by the next replay
         self.ctx = self.ctx_sot = None
         self.rows = 0
@@ -31,6 +32,18 @@ class TorchBranches:
         self.swept: dict[float, float] = {}
         if self.second is not None and self.share is not None:
             split_model(model, self.share, plan.device, plan.dtype, self.second)
+
+    def _compiled(self, forward):
+        """`forward`, its first call for each batch shape (where it compiles) shown as a phase."""
+        seen: set[int] = set()
+
+        def run(x, t, ctx):
+            if x.shape[0] in seen:
+                return forward(x, t, ctx)
+            seen.add(x.shape[0])
+            with self.tracer.phase(f"compiling the model for batches of {x.shape[0]} (once per batch shape)"):
+                return forward(x, t, ctx)
+        return run
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=self.plan.dtype, enabled=self.plan.dtype != torch.float32)
@@ -64,7 +77,8 @@ class TorchBranches:
 
         cuda = self.device.type == "cuda"
         sync = (lambda: torch.cuda.synchronize(self.device)) if cuda else (lambda: None)
-        self.share, self.swept = sweep(resplit, forward, SHARES["cuda" if cuda else "cpu"], sync=sync)
+        self.share, self.swept = sweep(resplit, forward, SHARES["cuda" if cuda else "cpu"], sync=sync,
+                                       tracer=self.tracer)
         del originals  # the unsplit weights go with the last reference
 
     def so_conditions(self) -> np.ndarray:

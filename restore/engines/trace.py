@@ -1,5 +1,9 @@
 """A timeline of what ran where: Chrome trace / Perfetto JSON (open in ui.perfetto.dev or
-chrome://tracing). Timestamps are CLOCK_MONOTONIC, shared by the main and worker processes."""
+chrome://tracing). Timestamps are CLOCK_MONOTONIC, shared by the main and worker processes.
+
+The tracer also carries the long phases before the first sampler step (loading the model, measuring
+the MLP split, compiling, starting a worker) to whoever shows progress: `phase(text)` tells `status`
+and, when tracing, records a span on the track "phases"."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 
 def now_us() -> float:
@@ -16,10 +21,18 @@ def now_us() -> float:
 
 
 class Tracer:
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
+    def __init__(self, enabled: bool = True, status: Callable[[str], None] | None = None):
+        self.enabled, self.status = enabled, status
         self.events: list[dict] = []
         self.lock = threading.Lock()
+
+    @contextmanager
+    def phase(self, text: str):
+        """A long piece of work the user should see named while it runs."""
+        if self.status is not None:
+            self.status(text)
+        with self.span(text, "phases"):
+            yield
 
     @contextmanager
     def span(self, name: str, track: str, **args):

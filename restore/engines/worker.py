@@ -18,6 +18,7 @@ import os
 import time
 import traceback
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from multiprocessing import shared_memory
 
@@ -218,9 +219,14 @@ class WorkerClient:
             self.tracer.add(events)
 
     def wait_ready(self) -> None:
-        while not self.ready:
-            msg = self._recv(self.ready_timeout)
-            self.ready = msg[0] == "ready"
+        if self.ready:
+            return
+        what = ("starting the Neural Engine worker (its first run converts and compiles the model's programs: "
+                "minutes)" if self.config.backend == "coreml" else "starting the worker process")
+        with (self.tracer.phase(what) if self.tracer is not None else nullcontext()):
+            while not self.ready:
+                msg = self._recv(self.ready_timeout)
+                self.ready = msg[0] == "ready"
 
     # -- branches
     def window(self, cond_so: np.ndarray) -> None:

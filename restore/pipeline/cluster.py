@@ -45,9 +45,10 @@ from .. import audio, errors, weights
 from ..codec import build_codec
 from ..config import WindowConfig
 from ..engines.trace import Tracer
-from ..errors import InputError, RestoreError, UsageError
+from ..errors import InputError, RestoreError, UsageError, option
 from ..options import RestoreOptions
 from .job import FileJob, FileReport, Window
+from .restorer import choose_plan
 from .windows import Geometry
 
 RETRIES = 3                # tries of a task, or of an actor's call, after its worker or node died
@@ -61,7 +62,25 @@ def check_address(address: str) -> str:
     one running on this machine) or ray://HOST:PORT (a given cluster, through Ray Client)."""
     if address in ("local", "auto") or (address.startswith("ray://") and len(address) > len("ray://")):
         return address
-    raise UsageError(f"--cluster must be local, auto or ray://HOST:PORT, got {address!r}")
+    raise UsageError(f"{option('cluster')} must be local, auto or ray://HOST:PORT, got {address!r}")
+
+
+def wants_gpu(plan: str, device: str, compile: str) -> bool:
+    return (isinstance(device, str) and device.startswith("cuda")) or plan == "cuda" or compile == "cuda-graphs"
+
+
+def check_plan(plan: str, device: str, mlp_share: float | None, compile: str) -> None:
+    """The plan request, refused here as `choose_plan` refuses it, before a model loads or a cluster is
+    joined; each sampling actor resolves it on its own machine. A GPU is the actors' to have: where this
+    machine has none, a request for one is checked as if it had (the cluster's GPUs are counted when it
+    is joined, `_resources`)."""
+    if torch.cuda.is_available() or not wants_gpu(plan, device, compile):
+        choose_plan(plan, device, mlp_share, compile)
+        return
+    from unittest import mock
+
+    with mock.patch.object(torch.cuda, "is_available", lambda: True):  # resolve_plan touches no GPU
+        choose_plan(plan, device, mlp_share, compile)
 
 
 def _ray():
@@ -69,7 +88,7 @@ def _ray():
         import ray
         import ray.data
     except ImportError:
-        raise UsageError(f"--cluster needs Ray, which is not installed: {INSTALL}") from None
+        raise UsageError(f"{option('cluster')} needs Ray, which is not installed: {INSTALL}") from None
     return ray
 
 
@@ -96,6 +115,7 @@ class _File:
     started: float = 0.0                    # time.time() at the start of its read
     levels: audio.Levels | None = None
     count: int = 0                          # windows
+    cut_windows: list[int] = field(default_factory=list)  # windows whose transcript share was cut (FileJob)
     waves: np.ndarray | None = None         # (count, rows, L) level-normalised windows at the model rate
     reals: list[int] = field(default_factory=list)
     texts: list[list[str | None]] = field(default_factory=list)
@@ -118,15 +138,18 @@ class _Unit:
 
 
 # ---------------------------------------------------------------- the stages (run on the cluster)
-def _read(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict) -> dict:
-    """CPU task: open, measure and cut every file of a unit, as a local folder run's FileJob does."""
+def _read(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict,
+          max_tokens: int, overwrite: bool) -> dict:
+    """CPU task: open, measure and cut every file of a unit, as a local folder run's FileJob does (no
+    output opened: the write task opens it, checking its disk's space where it writes)."""
     for f in row["unit"].files:
         f.started = time.time()
         try:
-            job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry,
-                          settings=settings, overwrite=True, tracer=Tracer(enabled=False), open_output=False)
+            job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry, settings=settings,
+                          overwrite=overwrite, tracer=Tracer(enabled=False), max_tokens=max_tokens,
+                          open_output=False)
             windows = list(job.windows())
-            f.levels, f.count = job.levels, job.count
+            f.levels, f.count, f.cut_windows = job.levels, job.count, list(job.cut_windows)
             f.waves = np.stack([w.wave.numpy() for w in windows])
             f.reals = [w.real for w in windows]
             f.texts = [w.texts for w in windows]
@@ -144,7 +167,7 @@ class _Sampler:
 
         if threads:
             torch.set_num_threads(threads)
-        self.restorer = Restorer(model, plan=plan, device=device, compile=compile, mlp_share=mlp_share)
+        self.restorer = Restorer(model, plan=choose_plan(plan, device, mlp_share, compile))
         self.cfg, self.post = options.resolve(self.restorer.files.samplers, has_skip=self.restorer.skip is not None)
         self.rows = batch or (16 if self.restorer.plan.device.startswith("cuda") else 1)
         self.node = socket.gethostname()
@@ -190,16 +213,20 @@ class _Sampler:
             os._exit(1)
 
 
-def _write(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict) -> list[dict]:
+def _write(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict,
+           max_tokens: int, overwrite: bool) -> list[dict]:
     """CPU task: stitch, resample, level and write each file of a unit atomically, as a local folder run's
-    FileJob does (the deliver loop of Restorer._deliver); one report row per file."""
+    FileJob does (the deliver loop of Restorer._deliver): the disk's space checked before the file
+    starts, a full disk reported as a DiskFullError (the folder run stops there); one report row per file.
+    The read checked the output against `overwrite`: a retried write replaces what its own try left."""
     rows = []
     for f in row["unit"].files:
         if f.error is None:
             job = None
             try:
-                job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry,
-                              settings=settings, overwrite=True, tracer=Tracer(enabled=False), levels=f.levels)
+                job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry, settings=settings,
+                              overwrite=True, tracer=Tracer(enabled=False), max_tokens=max_tokens, levels=f.levels)
+                job.cut_windows = f.cut_windows  # the windows were cut on the reading side
                 for k in range(f.count):
                     out = np.array(f.restored[k])  # a writable copy
                     if not np.isfinite(out).all():
@@ -229,6 +256,7 @@ class ClusterRestorer:
     def __init__(self, address: str, model: str | Path | None = None, *, plan: str = "auto", device: str = "auto",
                  batch: int | None = None, compile: str = "off", mlp_share: float | None = None, echo=None):
         self.address = check_address(address)
+        model = None if model is None else audio.as_path(model, "model")
         self.files = weights.load(model)  # checked here, before a cluster is joined
         self.files.state.clear()  # the weights are the actors' to load; this process needs the settings
         self.model = os.path.abspath(model) if model is not None else None
@@ -259,7 +287,7 @@ class ClusterRestorer:
                 ray.init(address=self.address, **kwargs)
         except ConnectionError as e:
             where = "RAY_ADDRESS" if self.address == "auto" else self.address
-            raise UsageError(f"--cluster {self.address}: no Ray cluster to join at {where} ({e})") from None
+            raise UsageError(f"{option('cluster', self.address)}: no Ray cluster to join at {where} ({e})") from None
         self.started_ray = True
         return ray
 
@@ -274,8 +302,10 @@ class ClusterRestorer:
         gpus, cpus = int(res.get("GPU", 0)), max(1, int(res.get("CPU", 1)))
         if self.device != "cpu" and gpus > 0:  # each actor sees its own GPU as cuda
             return gpus, {"num_gpus": 1, "num_cpus": 1}, None
-        if self.device.startswith("cuda"):
-            raise UsageError(f"--device {self.device}: the Ray cluster has no GPU")
+        if wants_gpu(self.plan_name, self.device, self.compile):
+            what = (option("device", self.device) if self.device.startswith("cuda") else
+                    option("plan", "cuda") if self.plan_name == "cuda" else option("compile", "cuda-graphs"))
+            raise UsageError(f"{what}: the Ray cluster has no GPU")
         sampling = max(1, cpus - max(1, cpus // 4))
         if self.address == "local":
             return 1, {"num_cpus": sampling}, torch.get_num_threads()
@@ -308,10 +338,12 @@ class ClusterRestorer:
         return units + ([_Unit(unit)] if unit else [])
 
     def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], options: RestoreOptions | None = None,
-                      *, progress=None, **_) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
+                      *, overwrite: bool = False, progress=None, **_
+                      ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
         """Restore the files on the cluster, yielding (input, output, report or error) as each one is
-        written. The sampler batch is the `batch` given, else each actor's own default (16 windows on a
-        GPU, 1 on the CPU); a folder run's `batch_rows` is not used."""
+        written; existing outputs are kept unless `overwrite`. The sampler batch is the `batch` given,
+        else each actor's own default (16 windows on a GPU, 1 on the CPU); a folder run's `batch_rows` is
+        not used."""
         options = RestoreOptions.of(options)
         cfg, post = options.resolve(self.files.samplers, has_skip=self.files.model.precondition == "obs_skip")
         settings = {**cfg.to_dict(), **post.to_dict()}
@@ -320,7 +352,8 @@ class ClusterRestorer:
         ray = self._connect()
         actors, held, threads = self._resources(ray)
         units = self._units(self.pending, options, self.batch or (16 if "num_gpus" in held else 1))
-        stage = dict(options=options, model_rate=self.sample_rate, geometry=self.geometry, settings=settings)
+        stage = dict(options=options, model_rate=self.sample_rate, geometry=self.geometry, settings=settings,
+                     max_tokens=self.files.model.text.max_tokens, overwrite=overwrite)
         sampler = dict(model=self.model, plan=self.plan_name, compile=self.compile, mlp_share=self.mlp_share,
                        device="cuda" if self.device.startswith("cuda") else self.device, batch=self.batch,
                        options=options, threads=threads)

@@ -5,6 +5,7 @@ restored windows arrive. A restorer drives many of these at once when it batches
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 
 from .. import audio, text as text_mod
-from ..errors import UsageError
+from ..errors import InputError, RestoreError, UsageError
 from ..options import RestoreOptions
 from .fullband import FileBand, applies as fullband_applies
 from .post import LevelledOutput
@@ -79,18 +80,21 @@ class FileJob:
     """Opening validates everything before any model work; the output file appears on `finish`."""
 
     def __init__(self, input: str | Path, output: str | Path, options: RestoreOptions, *, model_rate: int,
-                 geometry: Geometry, settings: dict, overwrite: bool = True, tracer=None,
+                 geometry: Geometry, settings: dict, overwrite: bool = False, tracer=None, max_tokens: int = 0,
                  levels: audio.Levels | None = None, open_output: bool = True):
-        """`settings`: the resolved sampler and post-processing settings, for the report. Where a file is
-        read on one machine and written on another (restore/pipeline/cluster.py), the reading side opens
-        no output (`open_output=False`) and the writing side is given the `levels` it measured."""
+        """`settings`: the resolved sampler and post-processing settings, for the report; `max_tokens`: the
+        longest transcript the model reads, null token included. Where a file is read on one machine and
+        written on another (restore/pipeline/cluster.py), the reading side opens no output
+        (`open_output=False`: no disk-space check, no writer) and the writing side is given the `levels`
+        it measured."""
         self.started = time.perf_counter()
-        self.input, self.output = Path(input), Path(output)
+        self.input, self.output = audio.as_path(input, "input"), audio.as_path(output, "output")
         self.geometry, self.model_rate, self.seed, self.tracer = geometry, model_rate, options.seed, tracer
         self.info = info = audio.probe(self.input)
         audio.check_output(self.input, self.output, overwrite)
         self.levels = levels = levels if levels is not None else audio.scan(info)
         self.text, text_source = find_transcript(self.input, options.transcript)
+        self.max_tokens, self.cut_windows = max_tokens, []
         self.mix = options.channels == "mix" or (options.channels == "auto" and levels.channels_identical)
         self.rows = 1 if self.mix else info.channels
         self.out_channels = 1 if options.channels == "mix" else info.channels
@@ -113,12 +117,36 @@ class FileJob:
         self.report = FileReport(str(self.input), str(self.output), info.duration, 0.0, self.count,
                                  info.sample_rate, self.out_rate, info.channels, self.rows, settings, self.seed,
                                  text_source, level=options.level)
+        if info.truncation():
+            self.report.warnings.append(info.truncation())
         if not open_output:
             self.out: LevelledOutput | None = None
             return
-        writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels,
-                                    audio.output_subtype(info, self.output.suffix.lower()))
+        # Disk space: the levelled output's float copy and the output coexist until the copy is dropped.
+        # Both are known for uncompressed outputs; for compressed ones the uncompressed size is a bound.
+        ext = self.output.suffix.lower()
+        subtype = audio.output_subtype(info, ext)
+        pcm = audio.pcm_bytes(self.expected, self.out_channels, subtype or audio.WRITE_FORMATS[ext][1])
+        spool = audio.pcm_bytes(self.expected, self.out_channels, "FLOAT") if options.level == "input" else 0
+        known = spool + (pcm if ext in audio.UNCOMPRESSED else 0)
+        self.needed, self.needed_bound = spool + pcm + audio.SPACE_MARGIN, ext not in audio.UNCOMPRESSED
+        full = audio.disk_full(self.output, known + audio.SPACE_MARGIN)  # before the file starts
+        if full is not None:
+            raise full
+        writer = audio.AtomicWriter(self.output, self.out_rate, self.out_channels, subtype)
         self.out = LevelledOutput(writer, levels.rms if options.level == "input" else None)
+
+    @contextmanager
+    def _writing(self):
+        """A failed write names the output and, where the disk is full, the space this file needs."""
+        try:
+            yield
+        except RestoreError:
+            raise
+        except (OSError, RuntimeError) as e:  # soundfile's LibsndfileError is a RuntimeError
+            held = self.out.held()
+            raise (audio.disk_full(self.output, self.needed, e, held, bound=self.needed_bound)
+                   or InputError(f"{self.output}: writing failed ({audio.short_reason(e)})")) from None
 
     def windows(self) -> Iterator[Window]:
         sr = self.model_rate
@@ -127,6 +155,8 @@ class FileJob:
             x = win.mean(axis=1, keepdims=True) if self.mix else win  # (L, rows)
             start = k * self.geometry.hop / sr
             share = text_mod.window_share(self.text, start, start + real / sr, self.total / sr)
+            if self.max_tokens and text_mod.tokens(share) > self.max_tokens:
+                self.cut_windows.append(k + 1)
             wave = torch.from_numpy(np.ascontiguousarray(x.T * self.gain, dtype=np.float32))
             yield Window(self, k, wave, real, [share] * self.rows)
 
@@ -147,13 +177,17 @@ class FileJob:
         if self.band is not None:
             block = self.band(block, last=last)
         if len(block):
-            with self.tracer.span("write", "io"):
+            with self.tracer.span("write", "io"), self._writing():
                 self.out.write(np.repeat(block, self.out_channels, axis=1)
                                if self.rows == 1 and self.out_channels > 1 else block)
 
     def finish(self, warnings: list[str]) -> FileReport:
-        self.out.commit()
+        with self._writing():
+            self.out.commit()
         r = self.report
+        if self.cut_windows:
+            r.warnings.append(f"the transcript is longer than the model reads ({self.max_tokens - 1} characters, "
+                              f"its tokens, a window): its end was left out in window(s) {', '.join(map(str, self.cut_windows))}")
         r.clipped_samples = self.out.writer.clipped
         r.level_gain_db = None if self.out.gain_db is None else round(self.out.gain_db, 2)
         r.level_limited = self.out.limited

@@ -30,16 +30,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import numpy as np
 import soundfile as sf
 import torch
 import torch.nn.functional as F
 
-from ..audio import AtomicWriter, active_power
+from ..audio import AtomicWriter, active_power, disk_full, temp_file
 from ..config import PostConfig, SamplerConfig
 from ..errors import InputError
 from ..sampling import combine
@@ -119,14 +115,13 @@ class LevelledOutput:
         self.power, self.count, self.peak = 0.0, 0, 0.0
         self.rest = np.zeros((0, writer.channels), np.float32)  # samples not yet in a whole 100 ms piece
         try:
-            fd, path = tempfile.mkstemp(prefix=f".{writer.path.name}.", suffix=".float.part", dir=writer.path.parent)
-            os.close(fd)
-            self.spool_path = Path(path)
-            self.spool = sf.SoundFile(path, "w", samplerate=writer.rate, channels=writer.channels, format="RF64",
-                                      subtype="FLOAT")
+            self.spool_path = temp_file(writer.path, ".float.part")
+            self.spool = sf.SoundFile(str(self.spool_path), "w", samplerate=writer.rate, channels=writer.channels,
+                                      format="RF64", subtype="FLOAT")
         except Exception as e:
             self.abort()
-            raise InputError(f"{writer.path}: cannot write the output ({e})") from None
+            reason = InputError(f"{writer.path}: cannot write the output ({e})")
+            raise disk_full(writer.path, 0, e) or reason from None
 
     def write(self, block: np.ndarray) -> None:
         """block (frames, channels) float32 at the level the model restored it."""
@@ -176,6 +171,11 @@ class LevelledOutput:
         except BaseException:
             self.abort()  # a failed commit (disk full...) leaves no temporary file
             raise
+
+    def held(self) -> int:
+        """Bytes this output's temporary files take on disk now."""
+        spool = self.spool_path.stat().st_size if self.spool_path is not None and self.spool_path.exists() else 0
+        return spool + self.writer.size()
 
     def _drop_spool(self) -> None:
         if self.spool is not None and not self.spool.closed:

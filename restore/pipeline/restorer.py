@@ -3,24 +3,26 @@ and windows of several files batched into one loop when asked (`batch_rows`)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Queue
+from queue import Empty, Queue
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
 from .. import weights
+from ..audio import as_path
 from ..codec import build_codec
 from ..config import PostConfig, SamplerConfig, WindowConfig
 from ..engines.factory import build_engine
 from ..engines.plan import Plan, resolve_plan
 from ..engines.trace import Tracer
 from ..errors import InputError, RestoreError, UsageError
-from ..options import RestoreOptions
+from ..options import RestoreOptions, at_least
 from . import post as post_mod
 from .job import FileJob, FileReport, Window
 from .loop import generate_latents, noise_draws
@@ -38,6 +40,15 @@ class Progress:
     steps: int
 
 
+def choose_plan(plan: str = "auto", device: str = "auto", mlp_share: float | None = None, compile: str = "off"
+                ) -> Plan:
+    """The plan for a request, or a UsageError saying why it cannot run here (before anything loads)."""
+    try:
+        return resolve_plan(plan, device, mlp_share, compile=compile)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 class Restorer:
     """Loads a model once and restores files with it.
 
@@ -48,12 +59,18 @@ class Restorer:
 
     def __init__(self, model: str | Path | None = None, *, plan: str | Plan = "auto", device: str = "auto",
                  window: WindowConfig | None = None, mlp_share: float | None = None, trace: bool = False,
-                 compile: str = "off"):
-        try:
-            self.plan = plan if isinstance(plan, Plan) else resolve_plan(plan, device, mlp_share, compile=compile)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        self.model_dir = weights.find_model(model)
+                 compile: str = "off", status: Callable[[str], None] | None = None):
+        """`status` is told what the long phases before the first step are (loading the model, measuring
+        the MLP split, compiling, starting a worker) as each begins."""
+        self.plan = plan if isinstance(plan, Plan) else choose_plan(plan, device, mlp_share, compile)
+        self.tracer = Tracer(enabled=trace, status=status)
+        self.model_dir = weights.find_model(None if model is None else as_path(model, "model"))
+        with self.tracer.phase(f"loading the model ({self.plan.name} plan)"):
+            self._load(window)
+        self.noise_pool = (ThreadPoolExecutor(self.plan.noise_threads, thread_name_prefix="restore-noise")
+                           if self.plan.noise_threads > 0 else None)
+
+    def _load(self, window: WindowConfig | None) -> None:
         self.files = weights.load(self.model_dir)
         if self.plan.engine == "mlx":  # MLX loads its own weights: a torch copy would double the memory
             from ..model.dit import DiT
@@ -66,12 +83,9 @@ class Restorer:
         self.sample_rate = self.files.codec.sample_rate
         wc = window or WindowConfig()
         self.geometry = Geometry.from_seconds(wc.seconds, wc.overlap, self.sample_rate, self.codec.hop)
-        self.tracer = Tracer(enabled=trace)
         self.engine = build_engine(self.plan, self.model, self.codec, model_dir=self.model_dir,
                                    frames=self.codec.frames(self.geometry.length), samples=self.geometry.length,
                                    tracer=self.tracer)
-        self.noise_pool = (ThreadPoolExecutor(self.plan.noise_threads, thread_name_prefix="restore-noise")
-                           if self.plan.noise_threads > 0 else None)
 
     def close(self) -> None:
         """Stop the engine's worker process, if the plan has one, and the noise threads."""
@@ -86,12 +100,13 @@ class Restorer:
         self.close()
 
     def restore_file(self, input: str | Path, output: str | Path, options: RestoreOptions | None = None, *,
-                     overwrite: bool = True, progress: Callable[[Progress], None] | None = None,
+                     overwrite: bool = False, progress: Callable[[Progress], None] | None = None,
                      **changes) -> FileReport:
         """Restore `input` into `output` (format from its extension, at the input's rate unless the
-        options' `sample_rate` is given); the output appears only when complete. Options: a
-        RestoreOptions, and/or its fields as keyword arguments (sampler, steps, guidance, strength,
-        keep_input, seed, transcript, channels, sample_rate, level)."""
+        options' `sample_rate` is given); the output appears only when complete, and an existing one is
+        kept unless `overwrite`. Options: a RestoreOptions, and/or its fields as keyword arguments
+        (sampler, steps, guidance, strength, keep_input, seed, transcript, channels, sample_rate, level).
+        Raises a RestoreError (one sentence) for anything that cannot be done."""
         options = RestoreOptions.of(options, **changes)
         for _, _, result in self.restore_files([(input, output)], options, overwrite=overwrite, progress=progress):
             if isinstance(result, RestoreError):
@@ -100,15 +115,18 @@ class Restorer:
         raise AssertionError("unreachable: one file in, one result out")
 
     def restore_files(self, pairs: Iterable[tuple[str | Path, str | Path]], options: RestoreOptions | None = None,
-                      *, overwrite: bool = True, batch_rows: int = 1,
+                      *, overwrite: bool = False, batch_rows: int = 1,
                       progress: Callable[[Progress], None] | None = None, **changes
                       ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
         """Restore many files, yielding (input, output, report or error) as each one finishes. Windows
         of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
         faster so); each window keeps its own seed, so batching does not change the audio. A file that
-        cannot be opened, or fails, is reported and the others go on."""
+        cannot be opened, or fails, is reported and the others go on. Existing outputs are kept unless
+        `overwrite`. Stopping early (an error, Ctrl-C, closing the iterator) leaves no temporary file."""
         options = RestoreOptions.of(options, **changes)
+        at_least("batch_rows", batch_rows, 1)
         cfg, post = options.resolve(self.files.samplers, has_skip=self.skip is not None)
+        max_tokens = self.model.config.text.max_tokens
         settings = {**cfg.to_dict(), **post.to_dict()}
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
@@ -117,9 +135,9 @@ class Restorer:
             for src, dst in pairs:
                 try:
                     job = FileJob(src, dst, options, model_rate=self.sample_rate, geometry=self.geometry,
-                                  settings=settings, overwrite=overwrite, tracer=self.tracer)
+                                  settings=settings, overwrite=overwrite, tracer=self.tracer, max_tokens=max_tokens)
                 except RestoreError as e:
-                    failed.append((Path(src), Path(dst), e))
+                    failed.append((_path(src), _path(dst), e))
                     continue
                 open_jobs.add(job)
                 try:
@@ -128,10 +146,11 @@ class Restorer:
                     job.failed = e
                     yield Window(job, -1, None, 0, [])
 
+        batches = _prefetch(_batched(all_windows(), batch_rows))
         try:
-            batches = _prefetch(_batched(all_windows(), batch_rows))
             yield from self._deliver(batches, cfg, post, progress, failed, open_jobs)
         finally:
+            batches.close()  # stops the reading thread first: it opens jobs, with temporary files
             for job in list(open_jobs):  # an error or interruption: no half-written outputs stay behind
                 job.abort()
 
@@ -226,6 +245,11 @@ class Restorer:
         return batch, outs
 
 
+def _path(value):
+    """A Path where `value` names one (errors about arguments that do not are yielded as given)."""
+    return Path(value) if isinstance(value, (str, os.PathLike)) else value
+
+
 def _batched(windows: Iterator[Window], rows: int) -> Iterator[list[Window]]:
     batch: list[Window] = []
     for w in windows:
@@ -239,23 +263,36 @@ def _batched(windows: Iterator[Window], rows: int) -> Iterator[list[Window]]:
 
 def _prefetch(batches: Iterator[list[Window]], depth: int = 2) -> Iterator[list[Window]]:
     """Read and resample the next batches in a background thread while the engine samples (soundfile
-    and soxr release the GIL), so I/O overlaps sampling."""
+    and soxr release the GIL), so I/O overlaps sampling. Closing this generator stops the thread and
+    waits for it, so nothing it opened is left unseen."""
     q: Queue = Queue(maxsize=depth)
     end = object()
+    stop = threading.Event()
 
     def produce():
         try:
             for b in batches:
+                if stop.is_set():
+                    return
                 q.put(b)
             q.put(end)
         except BaseException as e:  # surface reading errors in the consumer
             q.put(e)
 
-    threading.Thread(target=produce, daemon=True, name="restore-read").start()
-    while True:
-        item = q.get()
-        if item is end:
-            return
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    thread = threading.Thread(target=produce, daemon=True, name="restore-read")
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # make room for a batch it is putting, so that it sees `stop`
+            try:
+                q.get(timeout=0.05)
+            except Empty:
+                pass

@@ -84,6 +84,11 @@ class Trainer:
         self.cfg, self.model_cfg, self.codec_cfg = cfg, model_cfg, codec_cfg
         self.replicas = rep = Replicas.from_env(device)
         self.device = torch.device(rep.device(device))
+        if cfg.p_own_estimate > 0 and self.device.type == "cuda":
+            # cuDNN's attention failed with an illegal memory access (mha_graph.execute) twice on an H200
+            # when the eager EMA pass of the own estimate ran beside the compiled step; the other kernels
+            # serve both.
+            torch.backends.cuda.enable_cudnn_sdp(False)
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)

@@ -154,3 +154,42 @@ def test_jitter_averaged_wer_pairs_the_readings_of_clean_and_system(tiny_testset
     # plain readings of all 6 clips x 4 systems (clean, degraded, copy, half); delayed readings only
     # of the 4 clips whose reference is a reading
     assert stats.computed == 6 * 4 + 4 * 4
+
+
+@pytest.mark.slow
+def test_workers_exit_when_the_scoring_process_is_killed(tmp_path):
+    """A killed `eval.run` must not leave its workers scoring on in the background."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pids = tmp_path / "pids"
+    script = f"""
+import os, time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from eval.scoring import _init_worker
+with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn"), initializer=_init_worker) as pool:
+    workers = [pool.submit(os.getpid).result() for _ in range(4)]
+    open({str(pids)!r}, "w").write(" ".join(map(str, set(workers))))
+    os.kill(os.getpid(), 9)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    workers = [int(p) for p in pids.read_text().split()]
+    assert workers
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.time() + 20
+    while any(alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not any(alive(p) for p in workers)
