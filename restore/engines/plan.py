@@ -92,18 +92,20 @@ COMPILE_MODES = {"off": None, "default": "default", "cuda-graphs": "reduce-overh
 
 
 def resolve_plan(name: str = "auto", device: str = "auto", mlp_share: float | None = None,
-                 worker_backend: str | None = None, compile: str = "off") -> Plan:
+                 worker_backend: str | None = None, compile: str = "off", cuda: bool | None = None) -> Plan:
     """`auto` picks the fastest plan this machine supports (`apple` on an Apple Silicon Mac with MLX,
     unless a device is named). `worker_backend` overrides the apple plan's worker (tests on Linux).
     `compile` (off, default, cuda-graphs) compiles the forward of the cpu and cuda plans. `mlp_share`
     (0-1) fixes the second engine's share of each MLP of the split and apple plans. The apple plan is
-    refused where neither of its engines exists, unless a worker backend is named."""
+    refused where neither of its engines exists, unless a worker backend is named. `cuda`: whether the
+    machine that will run the plan has a CUDA GPU (None: this one, as torch sees it)."""
     if mlp_share is not None and (isinstance(mlp_share, bool) or not isinstance(mlp_share, Real)
                                   or not 0.0 <= mlp_share <= 1.0):
         raise ValueError(f"{option('mlp_share')} must be a share between 0 and 1, got {mlp_share!r}")
     if compile not in COMPILE_MODES:
         raise ValueError(f"{option('compile')} must be one of {', '.join(COMPILE_MODES)}, got {compile!r}")
-    plan = _resolve(name, device, mlp_share, worker_backend)
+    plan = _resolve(name, device, mlp_share, worker_backend,
+                    torch.cuda.is_available() if cuda is None else cuda)
     if compile == "off":
         return plan
     if plan.name not in ("cpu", "cuda"):
@@ -124,15 +126,15 @@ def gpu_noise_threads() -> int:
     return max(1, min(8, (os.cpu_count() or 2) - 2))
 
 
-def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None) -> Plan:
+def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None, cuda: bool) -> Plan:
     if name not in PLANS:
         raise ValueError(f"{option('plan')} must be one of {', '.join(PLANS)}, got {name!r}")
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise ValueError(f"{option('device')} must be auto, cpu, cuda or cuda:N, got {device!r}")
     device_given = device != "auto"
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
+        device = "cuda" if cuda else "cpu"
+    if device.startswith("cuda") and not cuda:
         raise ValueError(f"{option('device', device)} needs a CUDA GPU, and torch sees none")
     if name == "auto":
         name = "cuda" if device.startswith("cuda") else ("apple" if not device_given and apple_silicon() else "cpu")

@@ -74,13 +74,8 @@ def check_plan(plan: str, device: str, mlp_share: float | None, compile: str) ->
     joined; each sampling actor resolves it on its own machine. A GPU is the actors' to have: where this
     machine has none, a request for one is checked as if it had (the cluster's GPUs are counted when it
     is joined, `_resources`)."""
-    if torch.cuda.is_available() or not wants_gpu(plan, device, compile):
-        choose_plan(plan, device, mlp_share, compile)
-        return
-    from unittest import mock
-
-    with mock.patch.object(torch.cuda, "is_available", lambda: True):  # resolve_plan touches no GPU
-        choose_plan(plan, device, mlp_share, compile)
+    choose_plan(plan, device, mlp_share, compile,
+                cuda=True if wants_gpu(plan, device, compile) else None)
 
 
 def _ray():

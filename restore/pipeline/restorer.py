@@ -40,11 +40,12 @@ class Progress:
     steps: int
 
 
-def choose_plan(plan: str = "auto", device: str = "auto", mlp_share: float | None = None, compile: str = "off"
-                ) -> Plan:
-    """The plan for a request, or a UsageError saying why it cannot run here (before anything loads)."""
+def choose_plan(plan: str = "auto", device: str = "auto", mlp_share: float | None = None, compile: str = "off",
+                cuda: bool | None = None) -> Plan:
+    """The plan for a request, or a UsageError saying why it cannot run (before anything loads); `cuda`:
+    whether the machine that runs it has a CUDA GPU (None: this one)."""
     try:
-        return resolve_plan(plan, device, mlp_share, compile=compile)
+        return resolve_plan(plan, device, mlp_share, compile=compile, cuda=cuda)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
