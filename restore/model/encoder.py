@@ -31,11 +31,50 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float = 20.0
     return (fb * (2.0 / (hi - lo))).astype(np.float32)
 
 
+def reach(config: EncoderConfig) -> int:
+    """Latent frames either side of a frame that its features depend on (the convolutions' reach)."""
+    return (config.kernel // 2) * (config.layers + 1)
+
+
+def group_norm(norm: nn.GroupNorm, h: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
+    """`norm` (one group: statistics over all channels and frames of a row) of h (B, W, T). With frame
+    groups (B, T) (restore/pipeline/windows.py frame_groups), as the attention keeps them apart
+    (layers.group_mask): a part's frames take the statistics of its frames and of the silence (group
+    0), the silence weighted to stand for all the padding the part would have alone (the window's other
+    frames); the silence takes its own. No part reaches another through them."""
+    if groups is None:
+        return norm(h)
+    out = torch.empty_like(h)
+    for r in range(h.shape[0]):
+        g = groups[r]
+        kinds = torch.unique(g).tolist()
+        if len(kinds) == 1:
+            out[r] = norm(h[r : r + 1])[0]
+            continue
+        silent = g == 0
+        for k in kinds:
+            sel = g == k
+            x = h[r][:, sel].float()
+            if k and silent.any():  # the silence stands for the padding the part would have alone
+                quiet = h[r][:, silent].float()
+                w = (g.numel() - int(sel.sum())) / int(silent.sum())
+                n = x.numel() + w * quiet.numel()
+                mean = (x.sum() + w * quiet.sum()) / n
+                var = ((x - mean).square().sum() + w * (quiet - mean).square().sum()) / n
+            else:
+                var, mean = torch.var_mean(x, unbiased=False)
+            y = (h[r][:, sel].float() - mean) * torch.rsqrt(var + norm.eps)
+            out[r][:, sel] = (y * norm.weight.float()[:, None] + norm.bias.float()[:, None]).to(h.dtype)
+    return out
+
+
 class SemanticEncoder(nn.Module):
     """Degraded audio (B, N) -> features (B, T, out_dim) on the codec's frame grid (T = N / hop).
 
     Log-mel frames aligned with the codec's frames, then a residual stack of 1-D convolutions.
-    It runs once per window, outside the sampler loop.
+    It runs once per window, outside the sampler loop. A frame's features depend on the audio within
+    `reach` frames of it, and on statistics of the window (its GroupNorms): where recordings share a
+    window, `groups` keeps those apart too (`group_norm`).
     """
 
     def __init__(self, config: EncoderConfig, codec: CodecConfig):
@@ -66,10 +105,11 @@ class SemanticEncoder(nn.Module):
         mel = power @ self.fb.T  # (B, T, n_mels)
         return torch.log(mel + 1e-6).transpose(1, 2) * 0.25
 
-    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+    def forward(self, wave: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
+        """wave (B, N); groups (B, T) or None."""
         h = self.inp(self.log_mel(wave))  # (B, W, T)
         for blk in self.blocks:
-            h = h + blk["proj"](F.gelu(blk["conv"](blk["norm"](h))))
+            h = h + blk["proj"](F.gelu(blk["conv"](group_norm(blk["norm"], h, groups))))
         return self.out(h.transpose(1, 2))  # (B, T, out_dim)
 
 
