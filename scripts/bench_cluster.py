@@ -89,7 +89,8 @@ def stage_rates(folder: Path, seconds: float, model: str) -> list[dict]:
     options = RestoreOptions(sampler="flash")
     cfg, post = options.resolve(restorer.files.samplers, has_skip=restorer.files.model.precondition == "obs_skip")
     stage = dict(options=options, model_rate=restorer.sample_rate, geometry=restorer.geometry,
-                 settings={**cfg.to_dict(), **post.to_dict()})
+                 settings={**cfg.to_dict(), **post.to_dict()}, max_tokens=restorer.files.model.text.max_tokens,
+                 overwrite=True)
     x, sr = sf.read(ROOT / "assets" / "example" / "interview.flac", dtype="float32")
     out = []
     for rate, channels in ((16000, 1), (48000, 2)):
@@ -100,10 +101,11 @@ def stage_rates(folder: Path, seconds: float, model: str) -> list[dict]:
         src = folder / f"stage_{rate}_{channels}.flac"
         sf.write(src, y, rate)
         f = cluster._File(str(src), str(folder / "stage_out" / src.name), 0)
+        unit = cluster._Unit([[(f, 0)]])
         t0 = time.process_time()
-        row = cluster._read({"unit": cluster._Unit([f])}, **stage)
+        row = cluster._read({"unit": unit}, **stage)
         t1 = time.process_time()
-        f.restored, f.waves = f.waves, None
+        unit.restored = [w.wave for w in unit.windows]  # as if restored
         cluster._write(row, **stage)
         t2 = time.process_time()
         assert f.error is None, f.error

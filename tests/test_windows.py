@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from restore.config import WindowConfig
-from restore.pipeline.windows import Geometry, Part, Stitcher, pack, spans, windows
+from restore.pipeline.windows import Geometry, Part, Stitcher, extents, frame_groups, pack, spans, windows
 
 G = Geometry(length=64, overlap=16)  # hop 48
 
@@ -19,7 +19,7 @@ def cut_and_stitch(x: np.ndarray, g: Geometry, block: int, process=lambda w: w):
     stitch, out, seen = Stitcher(g), [], []
     for w, real in windows(chunks(x, block), g, x.shape[1]):
         seen.append((w, real))
-        out.append(stitch.push(process(w), real))
+        out.append(stitch.push(process(w)[:real]))
     out.append(stitch.finish().reshape(-1, x.shape[1]))
     return np.concatenate(out), seen
 
@@ -96,7 +96,7 @@ def test_stitch_crossfades_between_windows():
     x = np.zeros((64 + 48, 1), np.float32)
     stitch, out = Stitcher(g), []
     for k, (w, real) in enumerate(windows([x], g, 1)):
-        out.append(stitch.push(np.full_like(w, float(k)), real))
+        out.append(stitch.push(np.full_like(w, float(k))[:real]))
     out.append(stitch.finish())
     y = np.concatenate(out)[:, 0]
     assert len(y) == len(x)
@@ -184,3 +184,16 @@ def test_parts_cut_back_exactly_what_was_laid_in():
     for p in parts:
         covered[p.offset : p.offset + p.length] = True
     assert not window[:, ~covered].any()  # the gaps are silent
+
+
+def test_frame_groups_give_each_part_its_frames_and_their_reach():
+    parts = [Part("a", 0, 0, 300), Part("b", 0, 336, 250), Part("c", 0, 624, 333)]
+    # own frames (16 a frame): a 0-19, b 21-37, c 39-60; widened by 2, up to halfway between two parts
+    g = frame_groups(parts, 64, 16, reach=2)
+    assert extents(g) == [(0, 20), (20, 38), (38, 62)]
+    assert list(g[60:]) == [3, 3, 0, 0]
+    wide = frame_groups([Part("a", 0, 0, 160), Part("b", 0, 640, 160)], 64, 16, reach=3)
+    assert extents(wide) == [(0, 13), (37, 53)] and not wide[13:37].any() and not wide[53:].any()
+    # a window of one file is all its own, its padding included
+    assert (frame_groups([Part("x", 0, 0, 100)], 64, 16, reach=3) == 1).all()
+    assert extents(frame_groups([Part("x", 0, 0, 100)], 64, 16)) == [(0, 64)]

@@ -5,7 +5,9 @@ Every window has the same length (the compiled shape every engine sees); a file 
 cut into overlapping windows, its tail window zero-padded, never reshaped. Memory is bounded by one
 window plus one overlap, whatever the file length. Files no longer than a window are packed end to end
 into shared windows (`pack`), `gap` samples of silence apart: a window is a list of parts, each one
-file's stretch of it (`Part`), and every part's output is cut back out of the restored window.
+file's stretch of it (`Part`), and every part's output is cut back out of the restored window. The
+model hears each part apart from the others (`frame_groups`), and each part's noise (`spans`) and
+post-processing (`extents`) are its own.
 """
 
 from __future__ import annotations
@@ -73,6 +75,31 @@ def spans(parts: list[Part], frames: int, hop: int) -> list[tuple[int, int]]:
     return list(zip(starts, starts[1:] + [frames]))
 
 
+def frame_groups(parts: list[Part], frames: int, hop: int, reach: int = 0) -> np.ndarray:
+    """(frames,) int: which part each latent frame of a window belongs to (1, 2, ... in order), 0 for the
+    silence between and after them. A part's frames are those its samples fall in, widened by `reach`
+    frames either side (the frames whose conditions its samples reach: model.encoder.reach, and the
+    codec's frames, which straddle two hops), up to halfway to the next part. A window of one file is
+    all its group. The model keeps the parts
+    apart by it (model.layers.group_mask, model.encoder.SemanticEncoder): each part is restored from
+    itself and the silence, which no part reaches."""
+    if len(parts) == 1:  # a window of one file is all its own, padding included: as it always was
+        return np.ones(frames, np.int64)
+    own = [(p.offset // hop, -(-(p.offset + p.length) // hop)) for p in parts]
+    groups = np.zeros(frames, np.int64)
+    for i, (a, b) in enumerate(own):
+        lo = max(a - reach, 0 if i == 0 else (own[i - 1][1] + a) // 2)
+        hi = min(b + reach, frames if i == len(own) - 1 else (b + own[i + 1][0]) // 2)
+        groups[lo:hi] = i + 1
+    return groups
+
+
+def extents(groups: np.ndarray) -> list[tuple[int, int]]:
+    """Each part's run of frames (start, stop) in `frame_groups`' groups, in order."""
+    found = [np.flatnonzero(groups == g) for g in range(1, int(groups.max(initial=0)) + 1)]
+    return [(int(f[0]), int(f[-1]) + 1) for f in found if len(f)]
+
+
 def pack(items: Iterable[tuple[Any, int | None, Hashable, int]], geometry: Geometry, max_tokens: int = 0
          ) -> Iterator[list[tuple[Any, int]]]:
     """Group files into windows: items (file, samples at the model rate or None, key, transcript
@@ -130,15 +157,15 @@ class Stitcher:
         self.tail: np.ndarray | None = None  # the previous window's last `overlap` samples, unfaded
         self.written = 0
 
-    def push(self, out: np.ndarray, real: int) -> np.ndarray:
-        """out (length, channels) for the next window, of which the first `real` samples are input
-        (the rest is padding) -> final samples (frames, channels)."""
+    def push(self, out: np.ndarray) -> np.ndarray:
+        """out (frames, channels): the next window's output where it holds input (its padding cut off)
+        -> final samples (frames, channels)."""
         ov = self.g.overlap
         out = out.astype(np.float32, copy=True)
         if self.tail is not None and len(self.tail) and ov:
             out[:ov] = self.tail * self.fade_out + out[:ov] * self.fade_in
-        self.tail = out[self.g.hop : real].copy()
-        ready = out[: min(self.g.hop, real)]
+        self.tail = out[self.g.hop :].copy()
+        ready = out[: self.g.hop]
         self.written += len(ready)
         return ready
 
