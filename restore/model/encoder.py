@@ -44,28 +44,25 @@ def group_norm(norm: nn.GroupNorm, h: torch.Tensor, groups: torch.Tensor | None)
     frames); the silence takes its own. No part reaches another through them."""
     if groups is None:
         return norm(h)
-    out = torch.empty_like(h)
-    for r in range(h.shape[0]):
-        g = groups[r]
-        kinds = torch.unique(g).tolist()
-        if len(kinds) == 1:
-            out[r] = norm(h[r : r + 1])[0]
-            continue
-        silent = g == 0
-        for k in kinds:
-            sel = g == k
-            x = h[r][:, sel].float()
-            if k and silent.any():  # the silence stands for the padding the part would have alone
-                quiet = h[r][:, silent].float()
-                w = (g.numel() - int(sel.sum())) / int(silent.sum())
-                n = x.numel() + w * quiet.numel()
-                mean = (x.sum() + w * quiet.sum()) / n
-                var = ((x - mean).square().sum() + w * (quiet - mean).square().sum()) / n
-            else:
-                var, mean = torch.var_mean(x, unbiased=False)
-            y = (h[r][:, sel].float() - mean) * torch.rsqrt(var + norm.eps)
-            out[r][:, sel] = (y * norm.weight.float()[:, None] + norm.bias.float()[:, None]).to(h.dtype)
-    return out
+    with torch.autocast(h.device.type, enabled=False):  # statistics in fp32, whatever the plan's dtype
+        return _grouped_norm(norm, h, groups)
+
+
+def _grouped_norm(norm: nn.GroupNorm, h: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    x = h.float()
+    onehot = F.one_hot(groups, int(groups.max()) + 1).float()  # (B, T, K); column 0: the silence
+    frames = onehot.sum(1)                                        # (B, K)
+    sums = torch.stack([x.sum(1), x.square().sum(1)], 1) @ onehot  # (B, 2, K): sums and sums of squares
+    # a part's statistics count the silence (b, 0) as the padding it would have alone: T - its frames
+    weight = torch.where(frames[:, :1] > 0, (groups.shape[1] - frames) / frames[:, :1].clamp_min(1), 0.0)
+    weight[:, 0] = 0.0
+    count = (frames + weight * frames[:, :1]) * x.shape[1]
+    moments = (sums + weight[:, None] * sums[:, :, :1]) / count.clamp_min(1)[:, None]
+    mean, var = moments[:, 0], (moments[:, 1] - moments[:, 0].square()).clamp_min(0)
+    pick = lambda m: m.gather(1, groups)[:, None]  # noqa: E731  (B, 1, T): each frame's group's
+    y = (x - pick(mean)) * torch.rsqrt(pick(var) + norm.eps) * norm.weight.float()[:, None] + norm.bias.float()[:, None]
+    whole = (groups == groups[:, :1]).all(1)  # rows of one recording: the GroupNorm itself, exactly
+    return torch.where(whole[:, None, None], norm(h), y.to(h.dtype))
 
 
 class SemanticEncoder(nn.Module):
