@@ -83,14 +83,22 @@ def test_from_dict_ignores_unknown_keys():
 
 
 def test_group_mask_keeps_recordings_apart_and_lets_them_hear_the_silence():
+    """Each recording attends to itself and to the silence, the silence only to the silence; the silence
+    counts as the padding a recording would have alone (6 frames less its own, over 2 silent ones)."""
+    import math
+
     from restore.model.layers import group_mask
 
+    inf = float("-inf")
     m = group_mask(torch.tensor([[1, 1, 0, 2, 2, 0]]))[0, 0]
-    assert m.shape == (6, 6)
-    assert m[0].tolist() == [True, True, True, False, False, True]    # 1: itself and the silence
-    assert m[3].tolist() == [False, False, True, True, True, True]    # 2: likewise
-    assert m[2].tolist() == [False, False, True, False, False, True]  # the silence: only the silence
-    assert group_mask(torch.ones(1, 5, dtype=torch.long)).all()       # one recording: no mask at all
+    assert m.shape == (6, 6) and m.dtype == torch.float32
+    pad = math.log((6 - 2) / 2)
+    assert m[0].tolist() == pytest.approx([0, 0, pad, inf, inf, pad])   # 1: itself and the silence
+    assert m[3].tolist() == pytest.approx([inf, inf, pad, 0, 0, pad])   # 2: likewise
+    assert m[2].tolist() == pytest.approx([inf, inf, 0, inf, inf, 0])   # the silence: only the silence
+    assert (group_mask(torch.ones(1, 5, dtype=torch.long)) == 0).all()  # one recording: no mask at all
+    full = group_mask(torch.tensor([[1, 1, 2, 2]]))[0, 0]               # no silence between them
+    assert full[0].tolist() == [0, 0, inf, inf]
 
 
 def test_the_encoders_statistics_follow_the_groups():

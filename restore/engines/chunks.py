@@ -34,11 +34,11 @@ def guarded_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def guarded_attention(q, k, v, scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k^T * scale) v with the queries pre-scaled by 1/1024 and the row max subtracted; keys
-    outside `mask` (B, 1, T, T) bool (model.layers.group_mask), where given, left out."""
+    """softmax(q k^T * scale + mask) v with the queries pre-scaled by 1/1024 and the row max subtracted;
+    `mask` (B, 1, T, T) additive (model.layers.group_mask) or None."""
     s = (q * (scale * QUERY_GUARD)) @ k.transpose(-1, -2)  # (B, H, T, T), 1024x smaller than the scores
     if mask is not None:  # every query keeps a key of its own: the row max stays finite
-        s = s.masked_fill(~mask, float("-inf"))
+        s = s + mask * QUERY_GUARD
     s = s - s.amax(-1, keepdim=True)
     return torch.softmax(s * (1.0 / QUERY_GUARD), dim=-1) @ v
 

@@ -32,7 +32,7 @@ class Context:
     cos: torch.Tensor                    # (T, hd/2) rotary tables
     sin: torch.Tensor
     free: int = 0                        # leading rows without text (u, so): cross-attention is a constant
-    mask: torch.Tensor | None = None     # (B, 1, T, T) self-attention mask (layers.group_mask), or None: all
+    mask: torch.Tensor | None = None     # (B, 1, T, T) additive self-attention mask (layers.group_mask) or None
 
     def rows(self, index: slice) -> "Context":
         start, stop, _ = index.indices(self.cond_h.shape[0])
