@@ -69,8 +69,8 @@ class Part:
 def spans(parts: list[Part], frames: int, hop: int) -> list[tuple[int, int]]:
     """The window's `frames` latent frames, split between its parts: each part's run from its first frame
     (the first part's from 0) to the next part's first, the last part's to the end. A part takes the gap
-    (or padding) after it as a file alone takes the padding after it: its noise and its per-file
-    post-processing cover them (restore/pipeline/noise.py, post.py)."""
+    (or padding) after it as a file alone takes the padding after it: its noise covers them, drawn from
+    its own generator, the one it draws from alone (restore/pipeline/noise.py)."""
     starts = [0] + [p.offset // hop for p in parts[1:]]
     return list(zip(starts, starts[1:] + [frames]))
 
