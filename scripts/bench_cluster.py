@@ -89,7 +89,8 @@ def stage_rates(folder: Path, seconds: float, model: str) -> list[dict]:
     options = RestoreOptions(sampler="flash")
     cfg, post = options.resolve(restorer.files.samplers, has_skip=restorer.files.model.precondition == "obs_skip")
     stage = dict(options=options, model_rate=restorer.sample_rate, geometry=restorer.geometry,
-                 settings={**cfg.to_dict(), **post.to_dict()})
+                 settings={**cfg.to_dict(), **post.to_dict()}, max_tokens=restorer.files.model.text.max_tokens,
+                 overwrite=True)
     x, sr = sf.read(ROOT / "assets" / "example" / "interview.flac", dtype="float32")
     out = []
     for rate, channels in ((16000, 1), (48000, 2)):
