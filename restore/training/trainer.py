@@ -135,6 +135,10 @@ class Trainer:
         self.dgen = torch.Generator(device=self.device).manual_seed(seed + 2)  # noise, t (device)
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         self.forward = torch.compile(self.model, mode=mode) if cfg.compile else self.model
+        # The own estimate runs the EMA model compiled as well: an eager EMA pass beside the compiled step
+        # crashed three times on an H200 (illegal memory accesses in cuDNN attention and in an inductor
+        # kernel). Compiled without CUDA graphs: its inputs change every step and it runs once per step.
+        self.ema_forward = torch.compile(self.ema) if cfg.compile and cfg.p_own_estimate > 0 else self.ema
         # CUDA graphs are captured in the first steps, and a capture fails if the producer thread makes
         # CUDA calls meanwhile ("operation failed due to a previous error during capture").
         # Those steps hold the producer off with this lock; later steps only replay the graphs.
@@ -271,7 +275,7 @@ class Trainer:
         eps = torch.randn(obs.shape, device=self.device, generator=self.dgen)
         one = torch.ones(b, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
-            v = self.ema(eps, one, degraded, obs, use_cond, ids, mask)
+            v = self.ema_forward(eps, one, degraded, obs, use_cond, ids, mask)
         if self.ema.skip is not None:
             v = self.ema.skip.velocity(v, eps, one, obs, use_cond)
         return eps - v.float()
