@@ -126,3 +126,20 @@ def test_the_encoders_statistics_follow_the_groups():
     want = (silent - silent.mean()) / torch.sqrt(silent.var(unbiased=False) + norm.eps) * norm.weight[:, None] \
         + norm.bias[:, None]
     assert torch.allclose(out[0][:, [3, 4, 8, 9]], want, atol=1e-5)
+
+
+
+def test_grouped_statistics_take_activations_of_another_dtype_than_the_weights():
+    """A GPU plan runs the encoder under bf16 autocast, its GroupNorm weights in fp32; a batch with a row
+    of one recording and a row of packed ones must give the activations' dtype back, both rows computed
+    in fp32. (CUDA's GroupNorm refuses bf16 input with fp32 weights; the CPU's accepts it, so float64
+    stands in for the mismatch here.)"""
+    from restore.model.encoder import group_norm
+
+    norm = torch.nn.GroupNorm(1, 4)
+    torch.nn.init.normal_(norm.weight)
+    h = torch.randn(2, 4, 10)
+    groups = torch.tensor([[1] * 10, [1, 1, 1, 0, 0, 2, 2, 2, 0, 0]])
+    out = group_norm(norm, h.double(), groups)
+    assert out.dtype == torch.float64
+    assert torch.allclose(out.float(), group_norm(norm, h, groups), atol=1e-6)
