@@ -135,3 +135,4 @@ class PostConfig(BaseConfig):
 class WindowConfig(BaseConfig):
     seconds: float = 30.0     # window length: the compiled shape every engine sees
     overlap: float = 2.0      # seconds shared by neighbouring windows, crossfaded
+    gap: float = 0.5          # seconds of silence between short files packed into one window

@@ -101,10 +101,11 @@ def stage_rates(folder: Path, seconds: float, model: str) -> list[dict]:
         src = folder / f"stage_{rate}_{channels}.flac"
         sf.write(src, y, rate)
         f = cluster._File(str(src), str(folder / "stage_out" / src.name), 0)
+        unit = cluster._Unit([[(f, 0)]])
         t0 = time.process_time()
-        row = cluster._read({"unit": cluster._Unit([f])}, **stage)
+        row = cluster._read({"unit": unit}, **stage)
         t1 = time.process_time()
-        f.restored, f.waves = f.waves, None
+        unit.restored = [w.wave for w in unit.windows]  # as if restored
         cluster._write(row, **stage)
         t2 = time.process_time()
         assert f.error is None, f.error

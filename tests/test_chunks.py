@@ -1,6 +1,8 @@
 """The worker's chunk graphs against the reference model: partitioned MLPs, the null-token constant
 and the fp16 guards are each exact in fp32."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -56,19 +58,25 @@ def test_guarded_rms_survives_fp16_overflow():
     assert torch.allclose(guarded_rms(x, 1e-6).float(), torch.ones(1, 512), atol=1e-2)
 
 
-@pytest.mark.parametrize("layers_per_chunk,mlp_blocks,guard", [(1, 1, False), (2, 3, True), (4, 2, True)])
-def test_text_free_branches_match_the_reference(model, layers_per_chunk, mlp_blocks, guard):
+@pytest.mark.parametrize("layers_per_chunk,mlp_blocks,guard,grouped", [(1, 1, False, False), (2, 3, True, False),
+                                                                      (4, 2, True, False), (1, 1, False, True),
+                                                                      (2, 3, True, True)])
+def test_text_free_branches_match_the_reference(model, layers_per_chunk, mlp_blocks, guard, grouped):
+    """Also with recordings sharing the window (frame groups: the attention mask)."""
     codec = STFTCodec(CodecConfig(scale=3.0))
     deg = torch.randn(1, T * 256) * 0.05
     obs = codec.encode(deg)
     ids, mask = text_mod.batch(["some words"], 64)
     x, t = torch.randn(1, T, 514), torch.tensor([0.6])
+    groups = torch.tensor([[1] * 15 + [0] * 5 + [2] * 20 + [0] * 8]) if grouped else None
     with torch.no_grad():
-        ctx = model.branch_context(deg, obs, ids, mask)
+        ctx = model.branch_context(deg, obs, ids, mask, groups)
         ref = model.velocity(x.repeat(3, 1, 1), t.repeat(3), ctx)  # rows u, so, sot
         tf = TextFreeBranches(model, layers_per_chunk, mlp_blocks, guard)
         assert len(tf.chunks) == -(-3 // layers_per_chunk)
-        v_so = tf.velocity(x, t, ctx.cond_h[1:2], ctx.cos, ctx.sin)
-        v_u = tf.velocity(x, t, tf.null_cond.expand(1, T, -1), ctx.cos, ctx.sin)
+        v_so = tf.velocity(x, t, ctx.cond_h[1:2], ctx.cos, ctx.sin, ctx.mask[1:2] if grouped else None)
+        v_u = tf.velocity(x, t, tf.null_cond.expand(1, T, -1), ctx.cos, ctx.sin, ctx.mask[0:1] if grouped else None)
+        if grouped:  # and the mask does act
+            assert rel(model.velocity(x.repeat(3, 1, 1), t.repeat(3), replace(ctx, mask=None)), ref) > 1e-3
     assert rel(v_u, ref[0:1]) < 1e-5
     assert rel(v_so, ref[1:2]) < 1e-5

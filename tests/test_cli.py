@@ -4,6 +4,10 @@ traceback, nothing left behind."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -359,28 +363,73 @@ def test_folder_resumes_after_interruption(cli, tmp_path):
 
 
 def test_folder_interrupted_by_ctrl_c(cli, tmp_path, monkeypatch):
-    """A real interruption mid-file: finished outputs stay, the unfinished one leaves nothing, and the
-    same command then restores only what is missing."""
+    """A real interruption mid-run, short files packed three to a window: the files of the finished
+    window stay, those of the window being restored leave nothing, and the same command then restores
+    only what is missing."""
     src, out = tmp_path / "in", tmp_path / "out"
-    names = make_folder(src)
+    names = [f"f{i}.wav" for i in range(7)]
+    for i, name in enumerate(names):  # 9 s each: three fit a 30 s window, 0.5 s apart
+        put(src / name, data=speechlike(9.0, 16000, seed=i))
     original = Restorer._sample
     calls = []
 
     def interrupted(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:  # the third file's window: the first file is written (decodes run one window
-            raise KeyboardInterrupt  # behind sampling), the second is not yet
+        if len(calls) == 3:  # the third window: the first window's files are written (decodes run one
+            raise KeyboardInterrupt  # window behind sampling), the second's are not yet
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Restorer, "_sample", interrupted)
     result = cli(src, "-o", out)
     assert result.exit_code == 130 and "run the same command again to resume" in result.output
     assert "Traceback" not in result.output
-    assert tree(out) == ["a.wav", "restore-report.json"]  # no partial b.flac, no temporary file
+    assert tree(out) == ["f0.wav", "f1.wav", "f2.wav", "restore-report.json"]  # no partial file, no temporary file
+    before = mtimes(out)
     monkeypatch.setattr(Restorer, "_sample", original)
     result = cli(src, "-o", out)
-    assert result.exit_code == 0 and "2 restored, 1 skipped, 0 failed" in result.output
+    assert result.exit_code == 0 and "4 restored, 3 skipped, 0 failed" in result.output
     assert tree(out) == sorted(names + ["restore-report.json"])
+    assert all(mtimes(out)[n] == before[n] for n in names[:3])  # the finished files were left alone
+    for name in names:
+        assert sf.info(str(out / name)).frames == 9 * 16000
+
+
+@pytest.mark.slow
+def test_a_killed_folder_run_with_shared_windows_resumes(tiny_model, tmp_path):
+    """The command, killed (SIGKILL) once its first output is written, short files packed three to a
+    window: what it wrote is complete and what an uninterrupted run writes, nothing else is there under
+    an output's name, and the same command skips it and restores the rest."""
+    from restore.options import RestoreOptions
+
+    src, out, plain = tmp_path / "in", tmp_path / "out", tmp_path / "plain"
+    names = [f"c{i:02d}.wav" for i in range(45)]
+    for i, name in enumerate(names):
+        put(src / name, data=speechlike(9.0, 16000, seed=i))
+    options = RestoreOptions(sampler="flash", steps=1)
+    assert api.run(src, plain, options, model=tiny_model, echo=lambda s: None) == 0
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "OMP_NUM_THREADS": "1"}
+    run = subprocess.Popen([sys.executable, "-m", "restore", str(src), "-o", str(out), "--model", str(tiny_model),
+                            "--sampler", "flash", "--steps", "1", "-q"], env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not any((out / n).exists() for n in names):
+            assert run.poll() is None, run.stderr.read().decode()
+            assert time.monotonic() < deadline, "no output within 120 s"
+            time.sleep(0.005)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    done = [n for n in names if (out / n).exists()]
+    assert 0 < len(done) < len(names)
+    for name in done:  # whatever is there under an output's name is complete
+        assert np.array_equal(sf.read(out / name)[0], sf.read(plain / name)[0]), name
+    said = []
+    assert api.run(src, out, options, model=tiny_model, echo=said.append) == 0
+    assert f"{len(done)} of {len(names)} files already restored; skipping them (use overwrite=True to redo)" in said
+    assert tree(out) == sorted(names + ["restore-report.json"])  # the killed run's temporary files are gone
+    for name in names:
+        assert sf.info(str(out / name)).frames == 9 * 16000
 
 
 def test_folder_with_bad_files(cli, tmp_path):

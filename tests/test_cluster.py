@@ -143,16 +143,22 @@ def test_the_progress_line_shows_files_hours_and_the_realtime_factor(capsys):
 # ---------------------------------------------------------------- on a local Ray runtime
 @pytest.mark.slow
 def test_cluster_run_is_bit_identical_to_a_local_folder_run(ray_runtime, live_model, tmp_path):
-    """Windows of several lengths, rates and channel counts (the full-band join included), a sidecar
-    transcript and a bad file; the sampling worker dies on its first call and Ray retries it."""
+    """Windows of several lengths, rates and channel counts (the full-band join included), short files
+    packed into shared windows (mono, stereo, with and without sidecar transcripts), and a bad file; the
+    sampling worker dies on its first call and Ray retries it."""
     src = tmp_path / "in"
     put(src / "a.wav", 2.0, seed=1)
     put(src / "long.flac", 35.0, seed=2)                       # two windows
+    for i in range(8):                                         # 2-9 s: packed with a.wav, into two windows
+        put(src / "clips" / f"c{i}.wav", 2.0 + i, seed=20 + i)
+    (src / "clips" / "c6.txt").write_text("another sidecar transcript")
     put(src / "sub" / "stereo.wav", 3.0, 44100, seed=3, channels=2)
+    put(src / "sub" / "stereo2.wav", 2.5, 48000, seed=6, channels=2)  # packed with stereo.wav
     put(src / "sub" / "narrow.wav", 1.5, 8000, seed=5)
-    (src / "sub" / "narrow.txt").write_text("a sidecar transcript")
+    (src / "sub" / "narrow.txt").write_text("a sidecar transcript")  # packed with c6
     (src / "bad.wav").write_text("not audio\n" * 40)
-    names = ["a.wav", "long.flac", "sub/narrow.wav", "sub/stereo.wav"]
+    names = ["a.wav", "long.flac", *(f"clips/c{i}.wav" for i in range(8)), "sub/narrow.wav", "sub/stereo.wav",
+             "sub/stereo2.wav"]
     assert not ray_runtime.exists()
 
     assert api.run(src, tmp_path / "plain", OPTIONS, model=live_model, echo=lambda s: None) == 1
@@ -174,7 +180,7 @@ def test_cluster_run_is_bit_identical_to_a_local_folder_run(ray_runtime, live_mo
             assert {k: v for k, v in e.items() if k not in timing} == \
                    {k: v for k, v in plain[name].items() if k not in timing}, name
     summary = json.loads((tmp_path / "ray" / api.REPORT_NAME).read_text())["summary"]
-    assert (summary["restored"], summary["failed"], summary["skipped"]) == (4, 1, 0)
+    assert (summary["restored"], summary["failed"], summary["skipped"]) == (len(names), 1, 0)
 
 
 @pytest.mark.slow

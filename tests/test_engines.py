@@ -187,6 +187,16 @@ def test_split_plan_matches_cpu_plan(model_dir):
         _, _, audio_ref = run_window(ref_eng, None, seed=2)
         _, _, audio = run_window(split_eng, None, seed=2)
         assert rel(audio, audio_ref) < 1e-4
+        # recordings sharing the window: the worker's chunks take the same attention mask
+        groups = torch.tensor([[1] * 12 + [0] * 6 + [2] * 15 + [0] * 7])
+        for eng in (ref_eng, split_eng):
+            assert eng.masks
+            eng.begin_window(wave, obs_ref, [None], groups)
+        grouped = [ref_eng.velocities(x, 0.7, True), split_eng.velocities(x, 0.7, True)]
+        for a, b in zip(*grouped):
+            assert rel(b, a) < 1e-5
+        ref_eng.begin_window(wave, obs_ref, [None])
+        assert rel(ref_eng.velocities(x, 0.7, True)[1], grouped[0][1]) > 1e-3  # the mask does act
         assert split_eng.warnings == []
     finally:
         split_eng.close()

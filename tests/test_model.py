@@ -80,3 +80,66 @@ def test_default_config_size():
 def test_from_dict_ignores_unknown_keys():
     cfg = ModelConfig.from_dict({"width": 128, "heads": 2, "future_option": 1, "text": {"layers": 1, "x": 2}})
     assert cfg.width == 128 and cfg.text.layers == 1 and cfg.encoder.n_mels == 80
+
+
+def test_group_mask_keeps_recordings_apart_and_lets_them_hear_the_silence():
+    """Each recording attends to itself and to the silence, the silence only to the silence; the silence
+    counts as the padding a recording would have alone (6 frames less its own, over 2 silent ones)."""
+    import math
+
+    from restore.model.layers import group_mask
+
+    inf = float("-inf")
+    m = group_mask(torch.tensor([[1, 1, 0, 2, 2, 0]]))[0, 0]
+    assert m.shape == (6, 6) and m.dtype == torch.float32
+    pad = math.log((6 - 2) / 2)
+    assert m[0].tolist() == pytest.approx([0, 0, pad, inf, inf, pad])   # 1: itself and the silence
+    assert m[3].tolist() == pytest.approx([inf, inf, pad, 0, 0, pad])   # 2: likewise
+    assert m[2].tolist() == pytest.approx([inf, inf, 0, inf, inf, 0])   # the silence: only the silence
+    assert (group_mask(torch.ones(1, 5, dtype=torch.long)) == 0).all()  # one recording: no mask at all
+    full = group_mask(torch.tensor([[1, 1, 2, 2]]))[0, 0]               # no silence between them
+    assert full[0].tolist() == [0, 0, inf, inf]
+
+
+def test_the_encoders_statistics_follow_the_groups():
+    """One group: the GroupNorm itself. Several: a part's frames are normalised with the statistics of
+    its frames and the silence's, the silence counted as the padding the part would have alone, and do
+    not depend on another part's frames."""
+    from restore.model.encoder import group_norm
+
+    norm = torch.nn.GroupNorm(1, 4)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    h = torch.randn(1, 4, 10)
+    assert torch.equal(group_norm(norm, h, torch.ones(1, 10, dtype=torch.long)), norm(h))
+    groups = torch.tensor([[1, 1, 1, 0, 0, 2, 2, 2, 0, 0]])
+    out = group_norm(norm, h, groups)
+    other = h.clone()
+    other[:, :, 5:8] = 100 * torch.randn(4, 3)
+    assert torch.allclose(group_norm(norm, other, groups)[:, :, :5], out[:, :, :5])
+    silent, own = h[0][:, [3, 4, 8, 9]], h[0][:, :3]
+    w = (10 - 3) / 4  # alone, the part's 3 frames would have 7 of padding; 4 frames of silence stand for them
+    mean = (own.sum() + w * silent.sum()) / (own.numel() + w * silent.numel())
+    var = ((own - mean).square().sum() + w * (silent - mean).square().sum()) / (own.numel() + w * silent.numel())
+    want = (own - mean) / torch.sqrt(var + norm.eps) * norm.weight[:, None] + norm.bias[:, None]
+    assert torch.allclose(out[0][:, :3], want, atol=1e-5)
+    want = (silent - silent.mean()) / torch.sqrt(silent.var(unbiased=False) + norm.eps) * norm.weight[:, None] \
+        + norm.bias[:, None]
+    assert torch.allclose(out[0][:, [3, 4, 8, 9]], want, atol=1e-5)
+
+
+
+def test_grouped_statistics_take_activations_of_another_dtype_than_the_weights():
+    """A GPU plan runs the encoder under bf16 autocast, its GroupNorm weights in fp32; a batch with a row
+    of one recording and a row of packed ones must give the activations' dtype back, both rows computed
+    in fp32. (CUDA's GroupNorm refuses bf16 input with fp32 weights; the CPU's accepts it, so float64
+    stands in for the mismatch here.)"""
+    from restore.model.encoder import group_norm
+
+    norm = torch.nn.GroupNorm(1, 4)
+    torch.nn.init.normal_(norm.weight)
+    h = torch.randn(2, 4, 10)
+    groups = torch.tensor([[1] * 10, [1, 1, 1, 0, 0, 2, 2, 2, 0, 0]])
+    out = group_norm(norm, h.double(), groups)
+    assert out.dtype == torch.float64
+    assert torch.allclose(out.float(), group_norm(norm, h, groups), atol=1e-6)

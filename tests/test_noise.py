@@ -11,22 +11,34 @@ from restore.pipeline.noise import WindowNoise
 
 
 def test_drawing_ahead_on_threads_gives_the_inline_draws():
-    seeds, rows = [5, 1_000_003 * 2 + 1, 7], [1, 2, 1]
+    # a window of one file, a stereo window, a window of three short files packed together
+    pieces, rows = [[(5, 50)], [(1_000_003 * 2 + 1, 50)], [(7, 20), (8, 12), (9, 18)]], [1, 2, 1]
     with ThreadPoolExecutor(3) as pool:
-        inline = WindowNoise(seeds, rows, (50, 7), 4)
-        ahead = WindowNoise(seeds, rows, (50, 7), 4, pool=pool)
+        inline = WindowNoise(pieces, rows, (50, 7), 4)
+        ahead = WindowNoise(pieces, rows, (50, 7), 4, pool=pool)
         draws = [(inline(), ahead()) for _ in range(4)]
     for a, b in draws:
         assert a.shape == (4, 50, 7) and torch.equal(a, b)
     assert not torch.equal(draws[0][0], draws[1][0])  # each call continues the streams
     # a window's stream does not depend on its neighbours: window 2 alone draws the same rows
-    alone = WindowNoise([seeds[1]], [2], (50, 7), 1)()
+    alone = WindowNoise([pieces[1]], [2], (50, 7), 1)()
     assert torch.equal(alone, draws[0][0][1:3])
+    assert torch.equal(alone, torch.randn((2, 50, 7), generator=torch.Generator().manual_seed(pieces[1][0][0])))
+
+
+def test_files_sharing_a_window_draw_their_own_streams():
+    """Each file's frames of a packed window come from its own generator, as a draw of their size."""
+    noise = WindowNoise([[(7, 20), (8, 12), (9, 18)]], [2], (50, 7), 2)
+    first, second = noise(), noise()
+    for seed, (a, b) in zip((7, 8, 9), ((0, 20), (20, 32), (32, 50))):
+        g = torch.Generator().manual_seed(seed)
+        assert torch.equal(first[:, a:b], torch.randn((2, b - a, 7), generator=g))
+        assert torch.equal(second[:, a:b], torch.randn((2, b - a, 7), generator=g))
 
 
 def test_no_draw_past_the_announced_count():
     with ThreadPoolExecutor(2) as pool:
-        noise = WindowNoise([1], [1], (4, 3), 2, pool=pool)
+        noise = WindowNoise([[(1, 4)]], [1], (4, 3), 2, pool=pool)
         noise(), noise()
         assert noise.pending is None  # nothing was drawn ahead for a call that will not come
         with pytest.raises(RuntimeError, match="more noise"):

@@ -185,6 +185,30 @@ def test_strength_blends_the_full_strength_result_with_the_linear_estimate():
     assert torch.equal(post.linear_estimate(skip, noise, unguided), noise - skip((zero,), noise, 1.0)[0])
 
 
+def test_files_sharing_a_window_are_post_processed_each_on_its_own_frames():
+    """Where short files share a window (spans), the strength's level and keeping the input's level match
+    are each file's own: a file's frames come out as they would from its frames alone (keeping the input
+    smooths its powers over one frame: at the frame next to a neighbour the two may differ)."""
+    g = torch.Generator().manual_seed(3)
+    spans = [(0, 30), (30, 52), (52, 80)]
+    obs = torch.randn(1, 80, CODEC.latent_dim, generator=g)
+    obs[:, 30:52] *= 0.1                       # a quiet file between two loud ones
+    full = obs * 0.6 + 0.3 * torch.randn(obs.shape, generator=g)
+    full[:, 52:] *= 3.0                        # restored louder than its input
+    lin = 0.3 * obs
+    post_cfg = PostConfig(strength=0.5, keep_db=12.0)
+    packed = post.finish(CODEC, post_cfg, obs, full, lin, [spans])
+    joint = post.finish(CODEC, post_cfg, obs, full, lin)
+    for a, b in spans:
+        alone = post.finish(CODEC, post_cfg, obs[:, a:b], full[:, a:b], lin[:, a:b])
+        inner = slice(1 if a else 0, b - a - 1)
+        assert torch.allclose(packed[:, a:b][:, inner], alone[:, inner], atol=1e-4, rtol=1e-4), (a, b)
+        assert not torch.allclose(joint[:, a:b][:, inner], alone[:, inner], atol=1e-2, rtol=1e-2), (a, b)
+    blended = post.blend_strength(CODEC, full, lin, 0.5, [spans])
+    for a, b in spans:  # the strength's level touches no neighbour: exact
+        assert torch.allclose(blended[:, a:b], post.blend_strength(CODEC, full[:, a:b], lin[:, a:b], 0.5))
+
+
 # ---------------------------------------------------------------- the output level
 def active_rms(x: np.ndarray, sr: int) -> float:
     p, n = audio.active_power(x, sr)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from restore.config import WindowConfig
-from restore.pipeline.windows import Geometry, Stitcher, windows
+from restore.pipeline.windows import Geometry, Part, Stitcher, extents, frame_groups, pack, spans, windows
 
 G = Geometry(length=64, overlap=16)  # hop 48
 
@@ -19,7 +19,7 @@ def cut_and_stitch(x: np.ndarray, g: Geometry, block: int, process=lambda w: w):
     stitch, out, seen = Stitcher(g), [], []
     for w, real in windows(chunks(x, block), g, x.shape[1]):
         seen.append((w, real))
-        out.append(stitch.push(process(w), real))
+        out.append(stitch.push(process(w)[:real]))
     out.append(stitch.finish().reshape(-1, x.shape[1]))
     return np.concatenate(out), seen
 
@@ -96,7 +96,7 @@ def test_stitch_crossfades_between_windows():
     x = np.zeros((64 + 48, 1), np.float32)
     stitch, out = Stitcher(g), []
     for k, (w, real) in enumerate(windows([x], g, 1)):
-        out.append(stitch.push(np.full_like(w, float(k)), real))
+        out.append(stitch.push(np.full_like(w, float(k))[:real]))
     out.append(stitch.finish())
     y = np.concatenate(out)[:, 0]
     assert len(y) == len(x)
@@ -116,3 +116,84 @@ def test_padding_of_window_outputs_is_dropped():
 
     y, _ = cut_and_stitch(x, G, 100, process)
     assert y.shape == x.shape and np.allclose(y, 1.0)
+
+
+# ---- packing short files into shared windows ----
+
+P = Geometry(length=1000, overlap=100, gap=30, align=16)
+
+
+def test_geometry_gap_and_alignment_from_seconds():
+    g = Geometry.from_seconds(30.0, 2.0, 16000, 256, gap=0.5)
+    assert (g.gap, g.align) == (8000, 256)
+    with pytest.raises(ValueError):
+        Geometry.from_seconds(3.0, 0.5, 16000, 256, gap=-0.1)
+
+
+def test_pack_lays_short_files_end_to_end_a_gap_apart_on_the_frame_grid():
+    items = [(name, n, (1, False), 0) for name, n in [("a", 300), ("b", 250), ("c", 333), ("d", 200), ("e", 999)]]
+    groups = list(pack(items, P))
+    # b starts 30 after a's end, rounded up to 16: 336; c after b's end (586) + 30 -> 624, ends 957;
+    # d does not fit (960 + 200 > 1000): the window closes; nor does e beside d
+    assert groups == [[("a", 0), ("b", 336), ("c", 624)], [("d", 0)], [("e", 0)]]
+    for group in groups:
+        ends = [off + dict((i[0], i[1]) for i in items)[name] for name, off in group]
+        assert all(off % P.align == 0 for _, off in group) and max(ends) <= P.length
+        assert all(b - a_end >= P.gap for (_, b), a_end in zip(group[1:], ends))
+
+
+def test_long_and_unknown_files_are_groups_of_their_own_and_keys_do_not_mix():
+    items = [("a", 100, (1, False), 0), ("long", 1001, (1, False), 0), ("bad", None, None, 0),
+             ("stereo", 100, (2, False), 0), ("b", 100, (1, False), 0), ("said", 100, (1, True), 5),
+             ("stereo2", 100, (2, False), 0), ("exact", 1000, (1, False), 0)]
+    groups = list(pack(items, P))
+    assert [("long", 0)] in groups and [("bad", 0)] in groups
+    assert [("a", 0), ("b", 144)] in groups                # mono without transcripts together
+    assert [("stereo", 0), ("stereo2", 144)] in groups     # stereo apart from mono
+    assert [("said", 0)] in groups                          # files with transcripts apart from those without
+    assert [("exact", 0)] in groups                         # exactly a window: short, alone
+    assert sorted(name for g in groups for name, _ in g) == sorted(i[0] for i in items)
+    assert list(pack(items, P)) == groups                   # deterministic
+
+
+def test_joined_transcripts_stay_within_the_tokens_the_model_reads():
+    items = [(k, 100, (1, True), 20) for k in "abcd"]
+    # null token + 20 + 1 + 20 = 42 fits 45; a third would need 63
+    assert [[name for name, _ in g] for g in pack(items, P, max_tokens=45)] == [["a", "b"], ["c", "d"]]
+    assert [[name for name, _ in g] for g in pack(items, P)] == [["a", "b", "c", "d"]]
+
+
+def test_spans_share_the_frames_between_parts():
+    parts = [Part("a", 0, 0, 300), Part("b", 0, 336, 250), Part("c", 0, 624, 333)]
+    assert spans(parts, 62, 16) == [(0, 21), (21, 39), (39, 62)]
+    assert spans(parts[1:], 62, 16) == [(0, 39), (39, 62)]  # the first part's run starts at 0
+    assert spans([Part("x", 3, 0, 1000)], 62, 16) == [(0, 62)]
+
+
+def test_parts_cut_back_exactly_what_was_laid_in():
+    rng = np.random.default_rng(0)
+    clips = {name: rng.standard_normal((2, n)).astype(np.float32) for name, n in [("a", 300), ("b", 250), ("c", 333)]}
+    (group,) = pack([(k, v.shape[1], (2, False), 0) for k, v in clips.items()], P)
+    window = np.zeros((2, P.length), np.float32)
+    parts = [Part(name, 0, off, clips[name].shape[1]) for name, off in group]
+    for p in parts:
+        window[:, p.offset : p.offset + p.length] = clips[p.job]
+    for p in parts:
+        assert np.array_equal(p.cut(window), clips[p.job])
+    covered = np.zeros(P.length, bool)
+    for p in parts:
+        covered[p.offset : p.offset + p.length] = True
+    assert not window[:, ~covered].any()  # the gaps are silent
+
+
+def test_frame_groups_give_each_part_its_frames_and_their_reach():
+    parts = [Part("a", 0, 0, 300), Part("b", 0, 336, 250), Part("c", 0, 624, 333)]
+    # own frames (16 a frame): a 0-19, b 21-37, c 39-60; widened by 2, up to halfway between two parts
+    g = frame_groups(parts, 64, 16, reach=2)
+    assert extents(g) == [(0, 20), (20, 38), (38, 62)]
+    assert list(g[60:]) == [3, 3, 0, 0]
+    wide = frame_groups([Part("a", 0, 0, 160), Part("b", 0, 640, 160)], 64, 16, reach=3)
+    assert extents(wide) == [(0, 13), (37, 53)] and not wide[13:37].any() and not wide[53:].any()
+    # a window of one file is all its own, its padding included
+    assert (frame_groups([Part("x", 0, 0, 100)], 64, 16, reach=3) == 1).all()
+    assert extents(frame_groups([Part("x", 0, 0, 100)], 64, 16)) == [(0, 64)]

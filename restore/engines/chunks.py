@@ -33,9 +33,12 @@ def guarded_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     return y * torch.rsqrt(y.square().mean(-1, keepdim=True) + eps / (m * m))
 
 
-def guarded_attention(q, k, v, scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale) v with the queries pre-scaled by 1/1024 and the row max subtracted."""
+def guarded_attention(q, k, v, scale: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v with the queries pre-scaled by 1/1024 and the row max subtracted;
+    `mask` (B, 1, T, T) additive (model.layers.group_mask) or None."""
     s = (q * (scale * QUERY_GUARD)) @ k.transpose(-1, -2)  # (B, H, T, T), 1024x smaller than the scores
+    if mask is not None:  # every query keeps a key of its own: the row max stays finite
+        s = s + mask * QUERY_GUARD
     s = s - s.amax(-1, keepdim=True)
     return torch.softmax(s * (1.0 / QUERY_GUARD), dim=-1) @ v
 
@@ -84,15 +87,16 @@ class ChunkLayer(nn.Module):
             return guarded_rms(x, self.eps)
         return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps)
 
-    def forward(self, h, mod, cross, cos, sin):
-        """h (B, T, C); mod (B, 6, C) this layer's modulation; cross (C,) the null-token constant."""
+    def forward(self, h, mod, cross, cos, sin, mask=None):
+        """h (B, T, C); mod (B, 6, C) this layer's modulation; cross (C,) the null-token constant; mask
+        the self-attention's (model.layers.group_mask) or None."""
         b, t, c = h.shape
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mod.unbind(1)
         x = self.norm(h) * (1 + scale_a[:, None]) + shift_a[:, None]
         q, k, v = F.linear(x, self.qkv_w, self.qkv_b).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         scale = 1.0 / math.sqrt(self.head_dim)
-        y = guarded_attention(q, k, v, scale) if self.guard else F.scaled_dot_product_attention(q, k, v)
+        y = guarded_attention(q, k, v, scale, mask) if self.guard else F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         h = h + gate_a[:, None] * F.linear(y.transpose(1, 2).reshape(b, t, c), self.o_w)
         h = h + cross
         x = self.norm(h) * (1 + scale_m[:, None]) + shift_m[:, None]
@@ -106,10 +110,11 @@ class Chunk(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
 
-    def forward(self, h, mods, crosses, cos, sin):
-        """h (B, T, C); mods (B, L, 6, C) for this chunk's L layers; crosses (L, C)."""
+    def forward(self, h, mods, crosses, cos, sin, mask=None):
+        """h (B, T, C); mods (B, L, 6, C) for this chunk's L layers; crosses (L, C); mask (B, 1, T, T)
+        or None."""
         for i, layer in enumerate(self.layers):
-            h = layer(h, mods[:, i], crosses[i], cos, sin)
+            h = layer(h, mods[:, i], crosses[i], cos, sin, mask)
         return h
 
 
@@ -141,11 +146,12 @@ class TextFreeBranches(nn.Module):
         mods = self.mod(temb).view(b, 1, 6, c) + self.ada[None]  # (B, layers, 6, C)
         return mods, self.final_mod(temb).view(b, 2, c)
 
-    def velocity(self, x: torch.Tensor, t: torch.Tensor, cond_h: torch.Tensor, cos, sin) -> torch.Tensor:
-        """x (B, T, D), t (B,), cond_h (B, T, C) (the so conditions, or the null vector for u)."""
+    def velocity(self, x: torch.Tensor, t: torch.Tensor, cond_h: torch.Tensor, cos, sin, mask=None) -> torch.Tensor:
+        """x (B, T, D), t (B,), cond_h (B, T, C) (the so conditions, or the null vector for u); mask the
+        self-attention's (model.layers.group_mask) or None."""
         mods, fmod = self.modulation(t)
         h = self.x_in(x) + cond_h
         for (a, b), chunk in zip(zip(self.bounds, self.bounds[1:]), self.chunks):
-            h = chunk(h, mods[:, a:b], self.crosses[a:b], cos, sin)
+            h = chunk(h, mods[:, a:b], self.crosses[a:b], cos, sin, mask)
         shift, scale = fmod.unbind(1)
         return self.out(self.final_norm(h) * (1 + scale[:, None]) + shift[:, None])

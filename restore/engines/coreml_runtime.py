@@ -142,8 +142,12 @@ class CoreMLChunks:
         self.codec = CoreMLCodec(*codec_predictors, codec_cfg) if codec_predictors else None
         branches.chunks = torch.nn.ModuleList()  # Core ML holds the layer weights now: free the torch copies
 
-    def velocity(self, x: torch.Tensor, t: torch.Tensor, cond_h: torch.Tensor, cos=None, sin=None) -> torch.Tensor:
-        """x (B, T, D), t (B,), cond_h (B, T, C) -> velocity (B, T, D). cos/sin are baked into the programs."""
+    def velocity(self, x: torch.Tensor, t: torch.Tensor, cond_h: torch.Tensor, cos=None, sin=None, mask=None
+                 ) -> torch.Tensor:
+        """x (B, T, D), t (B,), cond_h (B, T, C) -> velocity (B, T, D). cos/sin are baked into the programs;
+        they take no attention mask (an engine with this worker does not pack files: `masks`)."""
+        if mask is not None:
+            raise ValueError("the Core ML chunks take no attention mask")
         br = self.branches
         mods, fmod = br.modulation(t)  # (B, layers, 6, C), (B, 2, C)
         b = x.shape[0]

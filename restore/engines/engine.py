@@ -25,6 +25,7 @@ class Engine(Protocol):
     (a failed worker, a fallback), in the order they happened."""
 
     warnings: list[str]
+    masks: bool  # whether begin_window takes frame groups: recordings that share a window kept apart
 
     def encode_async(self, wave: torch.Tensor, urgent: bool = False):
         """wave (rows, N) -> a handle for its latents (rows, T, D); `urgent`: nothing to overlap with."""
@@ -38,8 +39,11 @@ class Engine(Protocol):
     def idle(self) -> None:
         """Declare that no branch work is due now (unguided steps, between windows)."""
 
-    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
-        """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row."""
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
+                     groups: torch.Tensor | None = None) -> None:
+        """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row;
+        groups (B, T): where recordings share a window, which one each frame holds (0: silence), so
+        that each attends only to itself and the silence (model.layers.group_mask); None: all one."""
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones; fp32."""
@@ -53,8 +57,10 @@ class Branches(Protocol):
 
     warnings: list[str]
     share: float | None  # share of each sot MLP on the second engine (None: not split yet)
+    masks: bool          # whether begin_window takes frame groups (Engine.begin_window)
 
-    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None: ...
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
+                     groups: torch.Tensor | None = None) -> None: ...
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]: ...
 
@@ -79,6 +85,7 @@ class LocalEngine:
         self.device = torch.device(device)
         self.tracer = tracer or Tracer(enabled=False)
         self.warnings = branches.warnings  # one list: the branches' warnings and the engine's, in order
+        self.masks = branches.masks
 
     @torch.inference_mode()
     def encode_async(self, wave: torch.Tensor, urgent: bool = False) -> Done:
@@ -96,8 +103,9 @@ class LocalEngine:
     def idle(self) -> None:
         pass  # one engine: nothing waits for idle time
 
-    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
-        self.branches.begin_window(degraded, obs, texts)
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
+                     groups: torch.Tensor | None = None) -> None:
+        self.branches.begin_window(degraded, obs, texts, groups)
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         return self.branches.velocities(x, t, guided)

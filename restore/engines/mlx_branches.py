@@ -85,6 +85,8 @@ class WindowState:
 class MLXBranches:
     """All three branches in MLX, from the weights in the model folder (no torch copy of the network)."""
 
+    masks = False  # its attention takes no mask (Engine.begin_window): files are not packed on this plan
+
     def __init__(self, plan: Plan, model_dir: str | Path, tracer: Tracer | None = None, *,
                  compile: bool | None = None, cache_limit: int = CACHE_LIMIT):
         self.plan = plan
@@ -161,8 +163,11 @@ class MLXBranches:
         mx.clear_cache()
 
     # ---- branches ----
-    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
+                     groups: torch.Tensor | None = None) -> None:
         """degraded (B, N), obs (B, T, D) torch; conditions for all three branches, in MLX."""
+        if groups is not None:
+            raise ValueError("the MLX branches take no attention mask (masks is False)")
         m = self.mlx
         ids, mask = text_mod.batch(texts, m.config.text.max_tokens)
         with self.tracer.span("conditions", "main"), mx.stream(self.main):

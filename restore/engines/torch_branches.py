@@ -15,6 +15,8 @@ from .trace import Tracer
 
 
 class TorchBranches:
+    masks = True  # the model's self-attention takes a mask (model.layers.group_mask)
+
     def __init__(self, model: DiT, plan: Plan, tracer: Tracer | None = None):
         self.model, self.plan = model, plan
         self.device = torch.device(plan.device)
@@ -52,11 +54,14 @@ class TorchBranches:
         return v.to(torch.float32, copy=self.copy_out)
 
     @torch.inference_mode()
-    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
-        """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row."""
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
+                     groups: torch.Tensor | None = None) -> None:
+        """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row;
+        groups (B, T) the recordings each window holds, or None (Engine.begin_window)."""
         ids, mask = text_mod.batch(texts, self.model.config.text.max_tokens, self.device)
         with self._autocast(), self.tracer.span("conditions", "main"):
-            self.ctx = self.model.branch_context(degraded.to(self.device), obs.to(self.device), ids, mask)
+            self.ctx = self.model.branch_context(degraded.to(self.device), obs.to(self.device), ids, mask,
+                                                 None if groups is None else groups.to(self.device))
         self.rows = obs.shape[0]
         self.ctx_sot = self.ctx.rows(slice(2 * self.rows, 3 * self.rows))
         if self.second is not None and self.share is None:

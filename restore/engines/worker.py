@@ -5,7 +5,8 @@ Arrays cross the process boundary through shared memory allocated once per shape
 shapes), never as pickled copies; the pipe carries only small control messages. The backend here is
 torch on the CPU; a Core ML backend runs the same chunks on the Neural Engine (coreml_runtime.py).
 
-Protocol (main -> worker): ("window",) the so conditions are in `cond`; ("step", t) x is in `x`, reply
+Protocol (main -> worker): ("window", grouped) the so conditions are in `cond` and, where `grouped`
+(recordings sharing windows), each row's frame groups in `groups` (model.layers.group_mask); ("step", t) x is in `x`, reply
 ("stepped", events) with v_so, v_u in `v`; ("encode", job) / ("decode", job) queue codec work on the
 `enc_*` / `dec_*` slots, reply ("encoded"|"decoded", job, events) once it ran; ("idle",) run queued
 codec work until a new message arrives; ("stop",).
@@ -43,7 +44,7 @@ class WorkerConfig:
 
 
 def _shapes(c: WorkerConfig) -> dict[str, tuple]:
-    return {"x": (c.rows, c.frames, c.latent_dim), "cond": (c.rows, c.frames, c.width),
+    return {"x": (c.rows, c.frames, c.latent_dim), "cond": (c.rows, c.frames, c.width), "groups": (c.rows, c.frames),
             "v": (2, c.rows, c.frames, c.latent_dim), "enc_wave": (c.rows, c.samples),
             "enc_lat": (c.rows, c.frames, c.latent_dim), "dec_lat": (c.rows, c.frames, c.latent_dim),
             "dec_wave": (c.rows, c.samples)}
@@ -115,7 +116,9 @@ def worker_main(conn, config: dict, names: dict[str, str]) -> None:
     except Exception:
         conn.send(("error", traceback.format_exc()))
         return
-    cond = None
+    from ..model.layers import group_mask
+
+    cond = mask = None
     queue: deque = deque()
 
     def run_codec(job):
@@ -142,11 +145,12 @@ def worker_main(conn, config: dict, names: dict[str, str]) -> None:
                         start = now_us()
                         if cond_h is None:
                             cond_h = branches.null_cond.expand(c.rows, c.frames, -1)
-                        arrays["v"][i] = branches.velocity(x, t, cond_h, cos, sin).numpy()
+                        arrays["v"][i] = branches.velocity(x, t, cond_h, cos, sin, mask).numpy()
                         events.append({"name": name, "track": "worker", "ts": start, "dur": now_us() - start})
                 conn.send(("stepped", events))
             elif kind == "window":
                 cond = torch.from_numpy(arrays["cond"].copy())
+                mask = group_mask(torch.from_numpy(arrays["groups"]).long()) if msg[1] else None
             elif kind in ("encode", "decode"):
                 queue.append(msg)
                 if msg[2]:  # urgent: nothing to overlap with, run at once
@@ -229,10 +233,13 @@ class WorkerClient:
                 self.ready = msg[0] == "ready"
 
     # -- branches
-    def window(self, cond_so: np.ndarray) -> None:
+    def window(self, cond_so: np.ndarray, groups: np.ndarray | None = None) -> None:
+        """The next window's so conditions (rows, T, C), and its frame groups (rows, T) or None."""
         self.wait_ready()
         self.arrays["cond"][:] = cond_so
-        self._send("window")
+        if groups is not None:
+            self.arrays["groups"][:] = groups
+        self._send("window", groups is not None)
 
     def step_begin(self, x: np.ndarray, t: float) -> None:
         self.arrays["x"][:] = x

@@ -123,15 +123,23 @@ class WorkerEngine:
 
     # ---- branches ----
     @torch.inference_mode()
-    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None]) -> None:
+    @property
+    def masks(self) -> bool:
+        """Whether windows of several recordings can be restored apart (an attention mask: see
+        Engine.masks): the Core ML programs take none."""
+        return self.local.masks and self.plan.worker_backend != "coreml"
+
+    def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
+                     groups: torch.Tensor | None = None) -> None:
         if self.note is not None:
             self.warnings.append(self.note)
             self.note = None
-        self.local.begin_window(degraded, obs, texts)  # the first window also sweeps the MLP share
+        self.local.begin_window(degraded, obs, texts, groups)  # the first window also sweeps the MLP share
         self._ensure_worker(obs.shape[0])
         if self._live():
             try:
-                self.worker.window(self.local.branches.so_conditions())
+                self.worker.window(self.local.branches.so_conditions(),
+                                   None if groups is None else groups.cpu().numpy())
             except WorkerFailure as e:
                 self._lost(e)
 

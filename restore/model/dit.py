@@ -19,7 +19,7 @@ from torch import nn
 
 from ..config import CodecConfig, ModelConfig
 from .encoder import SemanticEncoder, TextEncoder, timestep_features
-from .layers import Block, RMSNorm, rotary_tables
+from .layers import Block, RMSNorm, group_mask, rotary_tables
 from .precondition import ObsSkip
 
 
@@ -32,12 +32,13 @@ class Context:
     cos: torch.Tensor                    # (T, hd/2) rotary tables
     sin: torch.Tensor
     free: int = 0                        # leading rows without text (u, so): cross-attention is a constant
+    mask: torch.Tensor | None = None     # (B, 1, T, T) additive self-attention mask (layers.group_mask) or None
 
     def rows(self, index: slice) -> "Context":
         start, stop, _ = index.indices(self.cond_h.shape[0])
         pick = (lambda a: None if a is None else a[index])
         return Context(self.cond_h[index], pick(self.text), pick(self.text_mask), self.cos, self.sin,
-                       max(0, min(stop, self.free) - start))
+                       max(0, min(stop, self.free) - start), pick(self.mask))
 
 
 class DiT(nn.Module):
@@ -78,22 +79,25 @@ class DiT(nn.Module):
 
     # ---- per-window work (once, outside the sampler loop) ----
     def context(self, degraded: torch.Tensor, obs: torch.Tensor, use_cond: torch.Tensor,
-                text_ids: torch.Tensor, text_mask: torch.Tensor) -> Context:
+                text_ids: torch.Tensor, text_mask: torch.Tensor, groups: torch.Tensor | None = None) -> Context:
         """degraded (B, N) audio, obs (B, T, D) its latents, use_cond (B,) bool,
-        text_ids/text_mask (B, L) with position 0 the null token (text-free rows: mask only position 0)."""
-        sem = self.encoder(degraded)  # (B, T, S)
+        text_ids/text_mask (B, L) with position 0 the null token (text-free rows: mask only position 0);
+        groups (B, T): the recordings a window holds, frame by frame (layers.group_mask), or None."""
+        sem = self.encoder(degraded, groups)  # (B, T, S)
         cond_h = self.c_in(torch.cat([obs, sem.to(obs.dtype)], dim=-1))
         cond_h = torch.where(use_cond[:, None, None], cond_h, self.null_cond.to(cond_h.dtype))
         text = self.text_encoder(text_ids, text_mask)
         cos, sin = rotary_tables(obs.shape[1], self.config.head_dim, self.config.rope_theta, device=obs.device)
-        return Context(cond_h, text, text_mask, cos, sin)
+        return Context(cond_h, text, text_mask, cos, sin, mask=None if groups is None else group_mask(groups))
 
     def branch_context(self, degraded: torch.Tensor, obs: torch.Tensor, text_ids: torch.Tensor,
-                       text_mask: torch.Tensor) -> Context:
+                       text_mask: torch.Tensor, groups: torch.Tensor | None = None) -> Context:
         """The rows of all three branches for B windows, in the order [u (B), so (B), sot (B)].
-        The condition encoder runs once and the text encoder only for the sot rows."""
+        The condition encoder runs once and the text encoder only for the sot rows. `groups` (B, T):
+        the recordings each window holds (layers.group_mask), or None."""
         b = obs.shape[0]
-        sem = self.encoder(degraded)  # (B, T, S)
+        groups = None if groups is None else groups.to(obs.device)
+        sem = self.encoder(degraded, groups)  # (B, T, S)
         cond = self.c_in(torch.cat([obs, sem.to(obs.dtype)], dim=-1))  # (B, T, C)
         cond_h = torch.cat([self.null_cond.to(cond.dtype).expand_as(cond), cond, cond])
         text_sot = self.text_encoder(text_ids, text_mask)  # (B, L, Wt)
@@ -102,8 +106,9 @@ class DiT(nn.Module):
         free_mask = torch.zeros_like(text_mask)
         free_mask[:, 0] = True
         cos, sin = rotary_tables(obs.shape[1], self.config.head_dim, self.config.rope_theta, device=obs.device)
+        mask = None if groups is None else group_mask(groups).repeat(3, 1, 1, 1)
         return Context(cond_h, torch.cat([text_free, text_free, text_sot]),
-                       torch.cat([free_mask, free_mask, text_mask]), cos, sin, free=2 * b)
+                       torch.cat([free_mask, free_mask, text_mask]), cos, sin, free=2 * b, mask=mask)
 
     def null_text_state(self) -> torch.Tensor:
         """(Wt,) the text encoder's output for the null token alone."""
@@ -126,7 +131,7 @@ class DiT(nn.Module):
         mod, fmod = self.modulation(t)
         h = self.x_in(x) + ctx.cond_h
         for blk in self.blocks:
-            h = blk(h, mod, ctx.cos, ctx.sin, ctx.text, ctx.text_mask, ctx.free)
+            h = blk(h, mod, ctx.cos, ctx.sin, ctx.text, ctx.text_mask, ctx.free, ctx.mask)
         return self.head(h, fmod)
 
     def forward(self, x, t, degraded, obs, use_cond, text_ids, text_mask):

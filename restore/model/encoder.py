@@ -31,11 +31,48 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float = 20.0
     return (fb * (2.0 / (hi - lo))).astype(np.float32)
 
 
+def reach(config: EncoderConfig) -> int:
+    """Latent frames either side of a frame that its features depend on (the convolutions' reach)."""
+    return (config.kernel // 2) * (config.layers + 1)
+
+
+def group_norm(norm: nn.GroupNorm, h: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
+    """`norm` (one group: statistics over all channels and frames of a row) of h (B, W, T). With frame
+    groups (B, T) (restore/pipeline/windows.py frame_groups), as the attention keeps them apart
+    (layers.group_mask): a part's frames take the statistics of its frames and of the silence (group
+    0), the silence weighted to stand for all the padding the part would have alone (the window's other
+    frames); the silence takes its own. No part reaches another through them."""
+    if groups is None:
+        return norm(h)
+    with torch.autocast(h.device.type, enabled=False):  # statistics in fp32, whatever the plan's dtype
+        return _grouped_norm(norm, h, groups)
+
+
+def _grouped_norm(norm: nn.GroupNorm, h: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    x = h.float()
+    onehot = F.one_hot(groups, int(groups.max()) + 1).float()  # (B, T, K); column 0: the silence
+    frames = onehot.sum(1)                                        # (B, K)
+    sums = torch.stack([x.sum(1), x.square().sum(1)], 1) @ onehot  # (B, 2, K): sums and sums of squares
+    # a part's statistics count the silence (b, 0) as the padding it would have alone: T - its frames
+    weight = torch.where(frames[:, :1] > 0, (groups.shape[1] - frames) / frames[:, :1].clamp_min(1), 0.0)
+    weight[:, 0] = 0.0
+    count = (frames + weight * frames[:, :1]) * x.shape[1]
+    moments = (sums + weight[:, None] * sums[:, :, :1]) / count.clamp_min(1)[:, None]
+    mean, var = moments[:, 0], (moments[:, 1] - moments[:, 0].square()).clamp_min(0)
+    pick = lambda m: m.gather(1, groups)[:, None]  # noqa: E731  (B, 1, T): each frame's group's
+    y = (x - pick(mean)) * torch.rsqrt(pick(var) + norm.eps) * norm.weight.float()[:, None] + norm.bias.float()[:, None]
+    whole = (groups == groups[:, :1]).all(1)  # rows of one recording: the GroupNorm itself, exactly
+    exact = F.group_norm(x, norm.num_groups, norm.weight.float(), norm.bias.float(), norm.eps)
+    return torch.where(whole[:, None, None], exact, y).to(h.dtype)
+
+
 class SemanticEncoder(nn.Module):
     """Degraded audio (B, N) -> features (B, T, out_dim) on the codec's frame grid (T = N / hop).
 
     Log-mel frames aligned with the codec's frames, then a residual stack of 1-D convolutions.
-    It runs once per window, outside the sampler loop.
+    It runs once per window, outside the sampler loop. A frame's features depend on the audio within
+    `reach` frames of it, and on statistics of the window (its GroupNorms): where recordings share a
+    window, `groups` keeps those apart too (`group_norm`).
     """
 
     def __init__(self, config: EncoderConfig, codec: CodecConfig):
@@ -66,10 +103,11 @@ class SemanticEncoder(nn.Module):
         mel = power @ self.fb.T  # (B, T, n_mels)
         return torch.log(mel + 1e-6).transpose(1, 2) * 0.25
 
-    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+    def forward(self, wave: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
+        """wave (B, N); groups (B, T) or None."""
         h = self.inp(self.log_mel(wave))  # (B, W, T)
         for blk in self.blocks:
-            h = h + blk["proj"](F.gelu(blk["conv"](blk["norm"](h))))
+            h = h + blk["proj"](F.gelu(blk["conv"](group_norm(blk["norm"], h, groups))))
         return self.out(h.transpose(1, 2))  # (B, T, out_dim)
 
 

@@ -38,6 +38,25 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def group_mask(groups: torch.Tensor) -> torch.Tensor:
+    """Frame groups (B, T) -> an additive self-attention mask (B, 1, T, T), fp32: a query frame attends to
+    the key frames of its own group, and to those of group 0, never to another group's (-inf). Where
+    several recordings share a window (restore/pipeline/windows.py) each one's frames are a group and
+    the silence around them group 0: each recording attends to itself and to the silence, the silence to
+    the silence alone, so that no recording reaches another, not even through the silence. The silence
+    stands for the padding a recording would have alone: its keys count (T - own frames) / silent
+    frames times each (a bias of the log of that), as if there were that much of it."""
+    b, t = groups.shape
+    onehot = torch.nn.functional.one_hot(groups, int(groups.max()) + 1).float()
+    frames = onehot.sum(1)                                                    # (B, K)
+    silence = frames[:, :1]
+    weight = torch.where(silence > 0, (t - frames) / silence.clamp_min(1), 1.0).clamp_min(1e-6)
+    weight[:, 0] = 1.0                                                        # the silence among itself
+    bias = weight.log().gather(1, groups)                                     # (B, T): per query
+    keys, queries = groups[:, None, None, :], groups[:, None, :, None]
+    return torch.where(keys == queries, 0.0, torch.where(keys == 0, bias[:, None, :, None], float("-inf")))
+
+
 class SelfAttention(nn.Module):
     def __init__(self, width: int, heads: int):
         super().__init__()
@@ -48,13 +67,15 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(width, width, bias=True)
         self.o_proj = nn.Linear(width, width, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """x (B, T, C); mask (B, 1, T, T) additive (`group_mask`) or None: every frame attends to every frame."""
         b, t, c = x.shape  # (B, T, C)
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.k_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask.to(q.dtype))
         return self.o_proj(y.transpose(1, 2).reshape(b, t, c))
 
 
@@ -122,12 +143,13 @@ class Block(nn.Module):
         self.mlp = SwiGLU(width, intermediate)
         self.ada = nn.Parameter(torch.zeros(6, width))  # per-layer offset to the shared modulation
 
-    def forward(self, x, mod, cos, sin, text, text_mask, free: int = 0):
+    def forward(self, x, mod, cos, sin, text, text_mask, free: int = 0, mask=None):
         """x (B, T, C); mod (B, 6, C); text (B, L, Wt) + text_mask (B, L). The first `free` rows are
         text-free: they attend to the null token alone, so their cross-attention is the constant
-        o_proj(v_proj(null state)), added without computing queries, attention or the projection."""
+        o_proj(v_proj(null state)), added without computing queries, attention or the projection.
+        `mask`: the self-attention's (`group_mask`), or None."""
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = (mod + self.ada).unbind(1)
-        x = x + gate_a[:, None] * self.attn(modulate(self.attn_norm(x), shift_a, scale_a), cos, sin)
+        x = x + gate_a[:, None] * self.attn(modulate(self.attn_norm(x), shift_a, scale_a), cos, sin, mask)
         if free:
             const = self.cross.null_output(text[0, 0])  # row 0 is text-free: position 0 is the null state
             rest = x[free:]

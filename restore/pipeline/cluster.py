@@ -4,21 +4,24 @@ One Ray Data pipeline, streamed (no stage waits for the whole folder):
 
     units (driver)  ->  read (CPU tasks)  ->  sample (actors)  ->  write (CPU tasks)  ->  reports (driver)
 
-- **units**: the driver reads every input's header and groups consecutive files into units of about one
-  sampler batch of channel windows (a long file is a unit by itself). Outputs that exist were already
-  skipped by the folder run (restore/api.py), so a killed run resumes where it stopped.
+- **units**: the driver reads every input's header (`job.sizing`, as a local folder run does), packs
+  the short files into shared windows with the same `windows.pack`, and puts consecutive groups of
+  files into units of about one sampler batch of channel windows (a long file is a unit by itself).
+  Outputs that exist were already skipped by the folder run (restore/api.py), so a killed run resumes
+  where it stopped.
 - **read** (one CPU task per unit): each file is opened, measured and cut into level-normalised windows
-  at the model rate by the pipeline's own `FileJob`, with no output opened.
+  at the model rate by the pipeline's own `FileJob`, with no output opened, and the windows of each
+  group laid out by the same `job.group_windows`.
 - **sample** (an actor pool: one actor per GPU, or per CPU slot where there is no GPU; each loads the
   model once): the unit's windows go through the same `Restorer` batches, sampler loop and codec as a
   local folder run, windows of several files in one call.
-- **write** (one CPU task per unit): each file is stitched, resampled, levelled and written by a
-  `FileJob` given the levels the read measured, through the same atomic writer; its report names the
-  node whose actor restored it.
+- **write** (one CPU task per unit): each file's parts are cut out of the restored windows, stitched,
+  resampled, levelled and written by a `FileJob` given the levels the read measured, through the same
+  atomic writer; its report names the node whose actor restored it.
 
-Every window draws its noise from its own seed, so a file's audio does not depend on where it ran: on
-the CPU, with one window per sampler call (the CPU default) the outputs are bit-identical to a local
-folder run's. A file that fails is reported and the others go on; tasks and actors that die are
+Every file's frames draw their noise from its own seed and the windows are the same as a local run's,
+so a file's audio does not depend on where it ran: on the CPU, with one window per sampler call (the
+CPU default) the outputs are bit-identical to a local folder run's. A file that fails is reported and the others go on; tasks and actors that die are
 retried by Ray (`RETRIES`). Ray is imported only here, and only when a folder run asks for a cluster.
 """
 
@@ -47,9 +50,9 @@ from ..config import WindowConfig
 from ..engines.trace import Tracer
 from ..errors import InputError, RestoreError, UsageError, option
 from ..options import RestoreOptions
-from .job import FileJob, FileReport, Window
+from .job import FileJob, FileReport, Window, group_windows, sizing
 from .restorer import choose_plan
-from .windows import Geometry
+from .windows import Geometry, Part, pack
 
 RETRIES = 3                # tries of a task, or of an actor's call, after its worker or node died
 CPU_SLOT = 8               # most CPUs one sampling actor uses where the cluster has no GPU
@@ -96,14 +99,12 @@ class ClusterReport(FileReport):
 
 @dataclass
 class _File:
-    """One file on its way through the stages; what a stage no longer needs is dropped before it moves on.
-    `input` and `output` are absolute (a worker's working folder is its own); the report gives them as
-    the folder run was given them."""
+    """One file on its way through the stages. `input` and `output` are absolute (a worker's working
+    folder is its own); the report gives them as the folder run was given them."""
     input: str
     output: str
     seed: int
     given: tuple[str, str] = ("", "")
-    estimate: int = 1                       # channel windows, from the header (for grouping into units)
     seconds: float = 0.0                    # of audio, from the header
     error: str | None = None                # set by the stage where the file failed
     error_type: str = "InputError"
@@ -111,45 +112,66 @@ class _File:
     levels: audio.Levels | None = None
     count: int = 0                          # windows
     cut_windows: list[int] = field(default_factory=list)  # windows whose transcript share was cut (FileJob)
-    waves: np.ndarray | None = None         # (count, rows, L) level-normalised windows at the model rate
-    reals: list[int] = field(default_factory=list)
-    texts: list[list[str | None]] = field(default_factory=list)
-    restored: np.ndarray | None = None      # (count, rows, L) restored windows at the model rate
     node: str = ""
     warnings: list[str] = field(default_factory=list)
 
     def fail(self, e: BaseException) -> None:
         self.error_type = type(e).__name__ if isinstance(e, RestoreError) else "InputError"
         self.error = str(e) if isinstance(e, RestoreError) else f"{self.input}: {type(e).__name__}: {e}"
-        self.waves = self.restored = None
 
 
 class _Unit:
-    """The files a read task reads, a sampler call samples and a write task writes: a Ray Data row holds
-    one, as a pickled Python object."""
+    """Groups of files that windows.pack planned, which a read task reads, a sampler call samples and a
+    write task writes: a Ray Data row holds one, as a pickled Python object. `windows` are the job's
+    windows with each part's file given by its place in `files`, and without their audio once sampled;
+    `restored` (rows, L) at the model rate, one per window. What a stage no longer needs is dropped
+    before it moves on."""
 
-    def __init__(self, files: list[_File]):
-        self.files = files
+    def __init__(self, groups: list[list[tuple[_File, int]]]):
+        self.groups = groups
+        self.files = [f for group in groups for f, _ in group]
+        self.windows: list[Window] = []
+        self.restored: list[np.ndarray] = []
 
 
 # ---------------------------------------------------------------- the stages (run on the cluster)
 def _read(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geometry, settings: dict,
           max_tokens: int, overwrite: bool) -> dict:
-    """CPU task: open, measure and cut every file of a unit, as a local folder run's FileJob does (no
-    output opened: the write task opens it, checking its disk's space where it writes)."""
-    for f in row["unit"].files:
-        f.started = time.time()
+    """CPU task: open, measure and cut every file of a unit and lay out each group's windows, as a local
+    folder run's FileJob and group_windows do (no output opened: the write task opens it, checking its
+    disk's space where it writes)."""
+    unit = row["unit"]
+    place = {id(f): i for i, f in enumerate(unit.files)}
+    for group in unit.groups:
+        jobs: dict[int, _File] = {}
+        opened = []
+        for f, offset in group:
+            f.started = time.time()
+            job = None
+            try:
+                job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry, settings=settings,
+                              overwrite=overwrite, tracer=Tracer(enabled=False), max_tokens=max_tokens,
+                              levels=f.levels, open_output=False)
+                jobs[id(job)] = f
+            except Exception as e:  # reported; the other files go on
+                f.fail(e)
+            opened.append((job, offset))
         try:
-            job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry, settings=settings,
-                          overwrite=overwrite, tracer=Tracer(enabled=False), max_tokens=max_tokens,
-                          open_output=False)
-            windows = list(job.windows())
-            f.levels, f.count, f.cut_windows = job.levels, job.count, list(job.cut_windows)
-            f.waves = np.stack([w.wave.numpy() for w in windows])
-            f.reals = [w.real for w in windows]
-            f.texts = [w.texts for w in windows]
-        except Exception as e:  # reported; the other files go on
-            f.fail(e)
+            for w in group_windows(opened):
+                if w.wave is None:  # a read that failed part-way
+                    jobs[id(w.parts[0].job)].fail(w.parts[0].job.failed)
+                    continue
+                parts = [Part(place[id(jobs[id(p.job)])], p.index, p.offset, p.length) for p in w.parts]
+                unit.windows.append(Window(w.wave.numpy(), parts, w.texts))
+        except Exception as e:
+            for f in jobs.values():
+                f.fail(e)
+        for job, _ in opened:
+            if job is not None:
+                f = jobs[id(job)]
+                f.levels, f.count, f.cut_windows = job.levels, job.count, list(job.cut_windows)
+    failed = {place[id(f)] for f in unit.files if f.error is not None}
+    unit.windows = [w for w in unit.windows if not {p.job for p in w.parts} <= failed]
     return row
 
 
@@ -176,22 +198,27 @@ class _Sampler:
     def _sample(self, unit: _Unit) -> None:
         from .restorer import _batched
 
-        live = [f for f in unit.files if f.error is None]
-        windows = [Window(f, k, torch.from_numpy(np.array(f.waves[k])), f.reals[k], f.texts[k])
-                   for f in live for k in range(f.count)]
-        outs: dict[int, list[np.ndarray]] = {id(f): [] for f in live}
+        files = unit.files
+        if not self.restorer.engine.masks and any(len(w.parts) > 1 for w in unit.windows):
+            for f in files:  # (the driver packs unless --plan apple; `auto` found the apple plan here)
+                f.fail(UsageError(f"{f.input}: this node's plan ({self.restorer.plan.name}) cannot restore files "
+                                  f"that share a window; give {option('plan', 'cpu')} or cuda"))
+            return
+        windows = [Window(torch.from_numpy(np.array(w.wave)), [Part(files[p.job], p.index, p.offset, p.length)
+                                                               for p in w.parts], w.texts) for w in unit.windows]
         warned = len(self.restorer.engine.warnings)
         try:
-            for batch, restored in self.restorer._pipeline(_batched(iter(windows), self.rows), self.cfg,
-                                                           self.post, None):
-                for w, out in zip(batch, restored):
-                    outs[id(w.job)].append(out)
-        except Exception as e:  # the batch's files are reported; the next unit goes on
-            for f in live:
-                f.fail(e)
+            for _, restored in self.restorer._pipeline(_batched(iter(windows), self.rows), self.cfg, self.post, None):
+                unit.restored.extend(restored)
+        except Exception as e:  # the unit's files are reported; the next unit goes on
+            for f in files:
+                if f.error is None:
+                    f.fail(e)
+            unit.restored = []
             return
-        for f in live:
-            f.restored, f.waves = np.stack(outs[id(f)]), None
+        for w in unit.windows:
+            w.wave = None
+        for f in files:
             f.node = self.node
             f.warnings = list(self.restorer.engine.warnings[warned:])
 
@@ -214,21 +241,21 @@ def _write(row: dict, *, options: RestoreOptions, model_rate: int, geometry: Geo
     FileJob does (the deliver loop of Restorer._deliver): the disk's space checked before the file
     starts, a full disk reported as a DiskFullError (the folder run stops there); one report row per file.
     The read checked the output against `overwrite`: a retried write replaces what its own try left."""
+    unit = row["unit"]
+    parts: dict[int, list[tuple[Part, np.ndarray]]] = {}  # a file's parts and their windows, in order
+    for w, out in zip(unit.windows, unit.restored):
+        for p in w.parts:
+            parts.setdefault(p.job, []).append((p, out))
     rows = []
-    for f in row["unit"].files:
+    for i, f in enumerate(unit.files):
         if f.error is None:
             job = None
             try:
                 job = FileJob(f.input, f.output, options, model_rate=model_rate, geometry=geometry, settings=settings,
                               overwrite=True, tracer=Tracer(enabled=False), max_tokens=max_tokens, levels=f.levels)
                 job.cut_windows = f.cut_windows  # the windows were cut on the reading side
-                for k in range(f.count):
-                    out = np.array(f.restored[k])  # a writable copy
-                    if not np.isfinite(out).all():
-                        raise InputError(f"{job.input}: the model produced non-finite samples in window "
-                                         f"{k + 1} (damaged model files?)")
-                    out[:, f.reals[k]:] = 0.0
-                    job.deliver(out, f.reals[k])
+                for p, out in parts.get(i, []):
+                    job.deliver(p.cut(out))
                 rep = job.finish(f.warnings)
                 rep.seconds_wall = time.time() - f.started
                 fields_ = {k.name: getattr(rep, k.name) for k in fields(rep)}
@@ -258,8 +285,7 @@ class ClusterRestorer:
         self.plan_name, self.device, self.batch, self.compile, self.mlp_share = plan, device, batch, compile, mlp_share
         self.echo = echo or (lambda s: print(s, file=sys.stderr))
         self.sample_rate = self.files.codec.sample_rate
-        wc = WindowConfig()
-        self.geometry = Geometry.from_seconds(wc.seconds, wc.overlap, self.sample_rate, build_codec(self.files.codec).hop)
+        self.geometry = Geometry.of(WindowConfig(), self.sample_rate, build_codec(self.files.codec).hop)
         self.plan = _DriverPlan()
         self.started_ray = False
         self.pending: list[tuple[Path, Path]] = []
@@ -309,25 +335,29 @@ class ClusterRestorer:
 
     # -- the work
     def _units(self, pairs: list[tuple[Path, Path]], options: RestoreOptions, rows: int) -> list[_Unit]:
-        """Files with their windows, from their headers (read in parallel: on network storage that is
-        latency), grouped in order into units of at least `rows` channel windows."""
+        """Files sized as a local folder run sizes them (read in parallel: on network storage that is
+        latency), packed as it packs them, and the groups put in order into units of at least `rows`
+        channel windows."""
         def look(pair):
             f = _File(os.path.abspath(pair[0]), os.path.abspath(pair[1]), options.seed, (str(pair[0]), str(pair[1])))
             try:
-                info = audio.probe(pair[0])
+                samples, key, chars, f.levels = sizing(pair[0], options, self.sample_rate)
             except Exception:
-                return f  # the read reports why
-            total = int(round(info.frames * self.sample_rate / info.sample_rate))
-            f.seconds = info.duration
-            f.estimate = self.geometry.count(total) * (1 if options.channels == "mix" else info.channels)
-            return f
+                return f, None, None, 0  # the read reports why
+            f.seconds = samples / self.sample_rate
+            return f, samples, key, chars
 
         with ThreadPoolExecutor(16) as pool:
             found = list(pool.map(look, pairs))
+        size = {id(f): self.geometry.count(samples) * key[0] if samples is not None else 1
+                for f, samples, key, _ in found}
         units, unit = [], []
-        for f in found:
-            unit.append(f)
-            if sum(x.estimate for x in unit) >= rows:
+        # files share windows where the actors' engines can keep them apart (Engine.masks): not the apple plan's
+        planned = (pack(found, self.geometry, self.files.model.text.max_tokens) if self.plan_name != "apple"
+                   else ([(f, 0)] for f, *_ in found))
+        for group in planned:
+            unit.append(group)
+            if sum(max(size[id(f)] for f, _ in g) for g in unit) >= rows:
                 units.append(_Unit(unit))
                 unit = []
         return units + ([_Unit(unit)] if unit else [])

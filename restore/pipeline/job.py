@@ -1,6 +1,8 @@
 """One file's way through the pipeline: validated on opening, cut into level-normalised windows,
 and put back together (crossfade, resampling to the output rate, the output level, atomic write) as
-restored windows arrive. A restorer drives many of these at once when it batches windows of several files."""
+restored windows arrive. A restorer drives many of these at once when it batches windows of several
+files, and when short files share windows (`sizing` tells the packing what it needs to know of a file,
+`group_windows` lays out the windows of a group of files it packed)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from ..errors import InputError, RestoreError, UsageError
 from ..options import RestoreOptions
 from .fullband import FileBand, applies as fullband_applies
 from .post import LevelledOutput
-from .windows import Geometry, Stitcher, windows
+from .windows import Geometry, Part, Stitcher, frame_groups, spans, windows
 
 LEVEL_RMS = 0.05  # the input level the model was trained at (restore.training.batches.LEVEL_RMS)
 
@@ -53,11 +55,26 @@ class FileReport:
 
 @dataclass
 class Window:
-    job: "FileJob"
-    index: int
-    wave: torch.Tensor       # (rows, N) level-normalised, zero-padded to the window length
-    real: int                # samples of input in it (the rest is padding)
-    texts: list[str | None]  # one transcript share per row
+    wave: torch.Tensor | None  # (rows, N) level-normalised, silent outside its parts; None: the one part's
+                               # file failed to read (a marker for the deliverer)
+    parts: list[Part]          # the files it holds, in order: one, or several short ones packed together
+    texts: list[str | None]    # one transcript per row
+
+    def groups(self, frames: int, hop: int, reach: int) -> np.ndarray:
+        """Which part each latent frame belongs to, 0 for silence (windows.frame_groups)."""
+        return frame_groups(self.parts, frames, hop, reach)
+
+    def noise(self, frames: int, hop: int) -> list[tuple[int, int]]:
+        """(seed, frames) for each part's run of frames (windows.spans): a file's window k draws from
+        (seed, k), the noise it draws alone (restore/pipeline/noise.py)."""
+        return [(p.job.seed * 1_000_003 + p.index, b - a) for p, (a, b) in zip(self.parts, spans(self.parts, frames, hop))]
+
+
+def restored_rows(channels: int, mode: str, levels: audio.Levels | None) -> int:
+    """Rows a file of `channels` is restored in: one where its channels are mixed (--channels mix, or
+    auto with copies of one signal), else one per channel. `levels` is needed for auto with channels."""
+    mix = mode == "mix" or (mode == "auto" and (channels == 1 or levels.channels_identical))
+    return 1 if mix else channels
 
 
 def find_transcript(path: Path, transcript: str | None) -> tuple[str | None, str]:
@@ -95,8 +112,8 @@ class FileJob:
         self.levels = levels = levels if levels is not None else audio.scan(info)
         self.text, text_source = find_transcript(self.input, options.transcript)
         self.max_tokens, self.cut_windows = max_tokens, []
-        self.mix = options.channels == "mix" or (options.channels == "auto" and levels.channels_identical)
-        self.rows = 1 if self.mix else info.channels
+        self.rows = restored_rows(info.channels, options.channels, levels)
+        self.mix = self.rows == 1
         self.out_channels = 1 if options.channels == "mix" else info.channels
         self.out_rate = options.sample_rate or info.sample_rate
         # the model hears every window at the level it was trained at; its output is scaled back (deliver)
@@ -158,11 +175,15 @@ class FileJob:
             if self.max_tokens and text_mod.tokens(share) > self.max_tokens:
                 self.cut_windows.append(k + 1)
             wave = torch.from_numpy(np.ascontiguousarray(x.T * self.gain, dtype=np.float32))
-            yield Window(self, k, wave, real, [share] * self.rows)
+            yield Window(wave, [Part(self, k, 0, real)], [share] * self.rows)
 
-    def deliver(self, out: np.ndarray, real: int) -> bool:
-        """The next window's restored audio (rows, L) at the model rate; True when it was the last."""
-        self._emit(self.stitch.push(out.T / self.gain, real))
+    def deliver(self, out: np.ndarray) -> bool:
+        """The next window's restored audio where it holds this file (rows, n) at the model rate (its
+        `Part.cut`); True when it was the last. Non-finite samples fail the file."""
+        if not np.isfinite(out).all():
+            raise InputError(f"{self.input}: the model produced non-finite samples in window "
+                             f"{self.delivered + 1} (damaged model files?)")
+        self._emit(self.stitch.push(out.T / self.gain))
         self.delivered += 1
         if self.delivered == self.count:
             self._emit(self.stitch.finish().reshape(-1, self.rows), last=True)
@@ -199,3 +220,52 @@ class FileJob:
 
     def abort(self) -> None:
         self.out.abort()
+
+
+def sizing(path: str | Path, options: RestoreOptions, model_rate: int) -> tuple[int, tuple[int, bool], int, audio.Levels | None]:
+    """What packing (windows.pack) needs to know of a file, found as its FileJob finds it: its length at
+    the model rate; its key, the rows it is restored in and whether it has a transcript (files share a
+    window only where both agree); its transcript's characters; and its levels where they had to be
+    measured to know its rows (a stereo file under --channels auto: a FileJob given them measures no
+    more). Raises what opening the file would."""
+    info = audio.probe(path)
+    levels = audio.scan(info) if options.channels == "auto" and info.channels > 1 else None
+    text, _ = find_transcript(Path(path), options.transcript)
+    chars = text_mod.tokens(text) - 1
+    total = int(round(info.frames * model_rate / info.sample_rate))
+    return total, (restored_rows(info.channels, options.channels, levels), chars > 0), chars, levels
+
+
+def group_windows(group: Sequence[tuple[FileJob | None, int]]) -> Iterator[Window]:
+    """The windows of a group of files that windows.pack planned, opened (None: a file that failed to
+    open; its place stays silent). A file alone has windows of its own; short files packed together
+    share one, each laid in at its offset, their transcripts joined. A file whose reading fails part-way
+    is marked failed and yields a window without audio (the deliverer reports it)."""
+    if len(group) == 1:
+        job = group[0][0]
+        if job is not None:
+            try:
+                yield from job.windows()
+            except RestoreError as e:
+                job.failed = e
+                yield Window(None, [Part(job, -1, 0, 0)], [])
+        return
+    wave, parts, texts = None, [], []
+    for job, offset in group:
+        if job is None:
+            continue
+        try:
+            (w,) = list(job.windows())  # a short file: one window
+        except RestoreError as e:
+            job.failed = e
+            yield Window(None, [Part(job, -1, 0, 0)], [])
+            continue
+        n = min(w.parts[0].length, w.wave.shape[1] - offset)
+        if wave is None:
+            wave = torch.zeros_like(w.wave)
+        wave[:, offset : offset + n] = w.wave[:, :n]
+        parts.append(Part(job, 0, offset, n))
+        texts.append(w.texts[0])
+    if parts:
+        text = " ".join(t for t in texts if t) or None
+        yield Window(wave, parts, [text] * wave.shape[0])

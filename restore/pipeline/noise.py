@@ -1,7 +1,8 @@
 """Per-window Gaussian noise for the sampler loop.
 
 Every window draws from its own CPU generator, seeded by (seed, window index), so that a seed gives
-the same audio on every plan and whatever the batching. Drawing is CPU work: 16 windows of 30 s are
+the same audio on every plan and whatever the batching. Where short files share a window, each file's
+frames (restore/pipeline/windows.py `spans`) draw from the generator it would have alone. Drawing is CPU work: 16 windows of 30 s are
 15.4 M normals, 125 ms on one core of the 2-core machine, where a whole guided step of the default
 model on an H200 takes ~35 ms. The stochastic `pro` sampler draws once per step, so on a GPU drawing
 inline would bound the loop. With a thread pool, each draw is made one call ahead, its windows spread
@@ -19,12 +20,14 @@ import torch
 class WindowNoise:
     """Callable: each call returns the next draw, (sum(rows), *shape) fp32 on `device`.
 
-    `draws` is how many calls the loop will make (`loop.noise_draws`); nothing is drawn ahead past it.
-    Without a pool every draw is made inline, on the calling thread."""
+    `pieces`: per window, (seed, frames) for each run of its frames, in order, adding up to shape[0]:
+    one piece for a window of one file. `draws` is how many calls the loop will make
+    (`loop.noise_draws`); nothing is drawn ahead past it. Without a pool every draw is made inline, on
+    the calling thread."""
 
-    def __init__(self, seeds: list[int], rows: list[int], shape: tuple[int, ...], draws: int,
+    def __init__(self, pieces: list[list[tuple[int, int]]], rows: list[int], shape: tuple[int, ...], draws: int,
                  device: torch.device | str = "cpu", pool: ThreadPoolExecutor | None = None):
-        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
+        self.pieces = [[(torch.Generator().manual_seed(seed), frames) for seed, frames in window] for window in pieces]
         self.rows, self.shape, self.left = rows, tuple(shape), draws
         self.device = torch.device(device)
         self.pool = pool
@@ -32,14 +35,19 @@ class WindowNoise:
         self.pending: tuple[torch.Tensor, list[Future]] | None = None
 
     def _start(self) -> tuple[torch.Tensor, list[Future]]:
-        """Begin the next draw: each window's rows filled from its generator, on the pool if there is one."""
+        """Begin the next draw: each piece's rows and frames filled from its generator, on the pool if
+        there is one."""
         buf = torch.empty((sum(self.rows), *self.shape), pin_memory=self.pin)
         futures, r = [], 0
-        for g, n in zip(self.gens, self.rows):
-            if self.pool is None:
-                _fill(buf[r : r + n], g)
-            else:
-                futures.append(self.pool.submit(_fill, buf[r : r + n], g))
+        for window, n in zip(self.pieces, self.rows):
+            t = 0
+            for g, frames in window:
+                target = buf[r : r + n, t : t + frames]
+                if self.pool is None:
+                    _fill(target, g)
+                else:
+                    futures.append(self.pool.submit(_fill, target, g))
+                t += frames
             r += n
         return buf, futures
 
@@ -55,7 +63,11 @@ class WindowNoise:
 
 
 def _fill(rows: torch.Tensor, gen: torch.Generator) -> None:
-    """The same values as torch.randn(rows.shape, generator=gen). Inference mode is per thread: in a pool
-    thread the buffer may have been made under the caller's."""
+    """The same values as torch.randn(rows.shape, generator=gen), also where `rows` is a view of some of
+    a buffer's frames (filled through a contiguous copy). Inference mode is per thread: in a pool thread
+    the buffer may have been made under the caller's."""
     with torch.inference_mode():
-        rows.normal_(generator=gen)
+        if rows.is_contiguous():
+            rows.normal_(generator=gen)
+        else:
+            rows.copy_(torch.empty(rows.shape).normal_(generator=gen))

@@ -6,12 +6,14 @@
    whose output is scaled by s gives; at more steps it keeps the sampler sound, where scaling every
    step's correction would leave part of each step's noise in. The linear estimate is a strong shrinkage
    of the input (gains of ~0.1-0.4 on the latents), so the blend takes the audio energy of the
-   full-strength result, window by window (`Codec.level_gain`).
+   full-strength result, file by file (`Codec.level_gain`; over each file's own frames where short
+   files share a window).
 
 2. **Keeping the input** (`keep_input`). A one-step restoration is a conditional mean: even where the
    input was already clean it redraws the speech a little. Where the input is reliable, the input is
    the better estimate. Per time-frequency bin of the codec's spectrum, with S the restoration
-   (levelled to the input by least squares, per window) and R = Y - S what it took out of the input Y:
+   (levelled to the input by least squares, per window, or per file where files share one) and
+   R = Y - S what it took out of the input Y:
 
        out = S + b R,   b = |S|^2 / (|S|^2 + 10^(keep_db / 10) |R|^2)
 
@@ -56,11 +58,30 @@ def linear_estimate(skip, noise: torch.Tensor, sampler: SamplerConfig) -> torch.
     return noise - t * (combine(*v, sampler.w_so, sampler.w_t) if guided else v[0])
 
 
-def blend_strength(codec, x: torch.Tensor, lin: torch.Tensor, strength: float) -> torch.Tensor:
+Spans = list[list[tuple[int, int]]]  # per row of latents, the frame runs (start, stop) of each file in it
+
+
+def _per_span(spans: Spans | None, like: torch.Tensor, value) -> torch.Tensor:
+    """(B, T, 1) on `like`'s device (B, T, ...): `value(row, start, stop)`, a (1,)-shaped tensor, over each
+    span of each row, 1 outside them; None: one span per row, the whole row. Files packed into one window (restore/pipeline/
+    windows.py) each get their own value, from their own frames, as each would alone."""
+    rows, frames = like.shape[:2]
+    spans = spans if spans is not None else [[(0, frames)]] * rows
+    out = torch.ones(rows, frames, 1, device=like.device)
+    for r, row in enumerate(spans):
+        for a, b in row:
+            out[r, a:b] = value(r, a, b).reshape(1, 1).float()
+    return out
+
+
+def blend_strength(codec, x: torch.Tensor, lin: torch.Tensor, strength: float, spans: Spans | None = None
+                   ) -> torch.Tensor:
     """The full-strength result x and the linear estimate lin (B, T, D) -> lin + strength (x - lin), at
-    the audio energy of x, row by row."""
+    the audio energy of x, span by span."""
     out = lin + strength * (x - lin)
-    return out * codec.level_gain(x, out)
+    gain = _per_span(spans, x,
+                     lambda r, a, b: codec.level_gain(x[r : r + 1, a:b], out[r : r + 1, a:b]))
+    return out * gain
 
 
 def _power(z: torch.Tensor) -> torch.Tensor:
@@ -73,12 +94,15 @@ def _local(p: torch.Tensor) -> torch.Tensor:
     return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
 
 
-def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float) -> torch.Tensor:
-    """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend."""
+def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float, spans: Spans | None = None
+               ) -> torch.Tensor:
+    """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend. The
+    restoration's level is matched to the input's span by span."""
     y, s = codec.spectrum(obs), codec.spectrum(est)
     s2, dims = _power(s), tuple(range(1, y.ndim))
-    g = ((y * s.conj()).real.sum(dims) / s2.sum(dims).clamp_min(_TINY)).clamp(0.1, 10.0)
-    g = g.reshape(-1, *([1] * (y.ndim - 1)))
+    cross = (y * s.conj()).real
+    g = _per_span(spans, s2, lambda r, a, b: (
+        cross[r : r + 1, a:b].sum(dims) / s2[r : r + 1, a:b].sum(dims).clamp_min(_TINY)).clamp(0.1, 10.0))
     s = s * g
     r = y - s
     num = _local(s2 * g.square())
@@ -86,15 +110,17 @@ def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float) -> t
     return codec.latents((s + b * r) / g).to(est.dtype)
 
 
-def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None) -> torch.Tensor:
+def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,
+           spans: Spans | None = None) -> torch.Tensor:
     """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, then keeping
-    the input. `lin` (linear_estimate) is needed when the strength is not 1."""
+    the input. `lin` (linear_estimate) is needed when the strength is not 1. `spans`: the frames of each
+    file in each row, where files share a window (None: one file a row)."""
     if post.strength != 1.0:
         if lin is None:
             raise ValueError("a strength other than 1 needs the linear estimate of a model with the observation skip")
-        x = blend_strength(codec, x, lin, post.strength)
+        x = blend_strength(codec, x, lin, post.strength, spans)
     if post.keep_db is not None:
-        x = keep_input(codec, obs, x, post.keep_db)
+        x = keep_input(codec, obs, x, post.keep_db, spans)
     return x
 
 

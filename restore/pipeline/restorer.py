@@ -1,5 +1,6 @@
 """Restoring files: windows through an engine's sampler loop, codec work overlapped with sampling,
-and windows of several files batched into one loop when asked (`batch_rows`)."""
+short files packed into shared windows, and windows of several files batched into one loop when asked
+(`batch_rows`)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ from ..config import PostConfig, SamplerConfig, WindowConfig
 from ..engines.factory import build_engine
 from ..engines.plan import Plan, resolve_plan
 from ..engines.trace import Tracer
-from ..errors import InputError, RestoreError, UsageError
+from ..errors import RestoreError, UsageError
+from ..model.encoder import reach as encoder_reach
 from ..options import RestoreOptions, at_least
 from . import post as post_mod
-from .job import FileJob, FileReport, Window
+from .job import FileJob, FileReport, Window, group_windows, sizing
 from .loop import generate_latents, noise_draws
 from .noise import WindowNoise
-from .windows import Geometry
+from .windows import Geometry, extents, pack
 
 
 @dataclass
@@ -83,7 +85,10 @@ class Restorer:
         self.codec = build_codec(self.files.codec).to(self.plan.device)
         self.sample_rate = self.files.codec.sample_rate
         wc = window or WindowConfig()
-        self.geometry = Geometry.from_seconds(wc.seconds, wc.overlap, self.sample_rate, self.codec.hop)
+        self.geometry = Geometry.of(wc, self.sample_rate, self.codec.hop)
+        # frames either side of a file's own whose conditions its samples reach (the codec's frames
+        # straddle two hops): where files share a window, they are the file's (windows.frame_groups)
+        self.reach = encoder_reach(self.files.model.encoder) + 1
         self.engine = build_engine(self.plan, self.model, self.codec, model_dir=self.model_dir,
                                    frames=self.codec.frames(self.geometry.length), samples=self.geometry.length,
                                    tracer=self.tracer)
@@ -119,11 +124,15 @@ class Restorer:
                       *, overwrite: bool = False, batch_rows: int = 1,
                       progress: Callable[[Progress], None] | None = None, **changes
                       ) -> Iterator[tuple[Path, Path, FileReport | RestoreError]]:
-        """Restore many files, yielding (input, output, report or error) as each one finishes. Windows
-        of consecutive files share a sampler loop up to `batch_rows` rows (a GPU restores a folder far
-        faster so); each window keeps its own seed, so batching does not change the audio. A file that
-        cannot be opened, or fails, is reported and the others go on. Existing outputs are kept unless
-        `overwrite`. Stopping early (an error, Ctrl-C, closing the iterator) leaves no temporary file."""
+        """Restore many files, yielding (input, output, report or error) as each one finishes. Files no
+        longer than a window are packed end to end into shared windows, a short silence apart, and cut
+        back out (`windows.pack`); each keeps its own level, noise and post-processing, and the model
+        hears it apart from the others (not on the apple plan, whose engines cannot keep them apart:
+        there each file has its windows to itself). Windows of consecutive groups share a sampler loop
+        up to `batch_rows` rows (a GPU restores a folder far faster so); each keeps its own seeds, so
+        batching does not change the audio. A file that cannot be opened, or fails, is reported and the
+        others go on. Existing outputs are kept unless `overwrite`. Stopping early (an error, Ctrl-C,
+        closing the iterator) leaves no temporary file."""
         options = RestoreOptions.of(options, **changes)
         at_least("batch_rows", batch_rows, 1)
         cfg, post = options.resolve(self.files.samplers, has_skip=self.skip is not None)
@@ -132,20 +141,33 @@ class Restorer:
         failed: list[tuple[Path, Path, RestoreError]] = []
         open_jobs: set[FileJob] = set()  # jobs with a temporary output file: removed if we stop early
 
-        def all_windows() -> Iterator[Window]:
+        def sized() -> Iterator[tuple]:
             for src, dst in pairs:
                 try:
-                    job = FileJob(src, dst, options, model_rate=self.sample_rate, geometry=self.geometry,
-                                  settings=settings, overwrite=overwrite, tracer=self.tracer, max_tokens=max_tokens)
-                except RestoreError as e:
-                    failed.append((_path(src), _path(dst), e))
-                    continue
-                open_jobs.add(job)
-                try:
-                    yield from job.windows()
-                except RestoreError as e:  # a read failing part-way
-                    job.failed = e
-                    yield Window(job, -1, None, 0, [])
+                    samples, key, chars, levels = sizing(src, options, self.sample_rate)
+                except Exception:  # opening it says why, below
+                    samples, key, chars, levels = None, None, 0, None
+                yield (src, dst, levels), samples, key, chars
+
+        # files share windows only where the engine can keep them apart (Engine.masks)
+        planned = (pack(sized(), self.geometry, max_tokens) if self.engine.masks
+                   else ([(item, 0)] for item, *_ in sized()))
+
+        def all_windows() -> Iterator[Window]:
+            for group in planned:
+                jobs = []
+                for (src, dst, levels), offset in group:
+                    try:
+                        job = FileJob(src, dst, options, model_rate=self.sample_rate, geometry=self.geometry,
+                                      settings=settings, overwrite=overwrite, tracer=self.tracer,
+                                      max_tokens=max_tokens, levels=levels)
+                    except RestoreError as e:
+                        failed.append((_path(src), _path(dst), e))
+                        job = None
+                    else:
+                        open_jobs.add(job)
+                    jobs.append((job, offset))
+                yield from group_windows(jobs)
 
         batches = _prefetch(_batched(all_windows(), batch_rows))
         try:
@@ -156,33 +178,31 @@ class Restorer:
                 job.abort()
 
     def _deliver(self, batches, cfg: SamplerConfig, post: PostConfig, progress, failed, open_jobs):
-        """Route each restored window to its file; yield files as they finish or fail."""
+        """Cut each restored window into its files' parts and route them; yield files as they finish or
+        fail."""
         warned = len(self.engine.warnings)
         for batch, outs in self._pipeline(batches, cfg, post, progress):
             while failed:
                 yield failed.pop(0)
             for w, out in zip(batch, outs):
-                job = w.job
-                if job.failed is not None:
-                    if job in open_jobs:
+                for part in w.parts:
+                    job = part.job
+                    if job.failed is not None:
+                        if job in open_jobs:
+                            job.abort()
+                            open_jobs.discard(job)
+                            yield job.input, job.output, job.failed
+                        continue
+                    try:
+                        if job.deliver(part.cut(out)):
+                            open_jobs.discard(job)
+                            yield job.input, job.output, job.finish(self.engine.warnings[warned:])
+                            warned = len(self.engine.warnings)
+                    except RestoreError as e:
+                        job.failed = e
                         job.abort()
                         open_jobs.discard(job)
-                        yield job.input, job.output, job.failed
-                    continue
-                try:
-                    if not np.isfinite(out).all():
-                        raise InputError(f"{job.input}: the model produced non-finite samples in window "
-                                         f"{w.index + 1} (damaged model files?)")
-                    out[:, w.real:] = 0.0
-                    if job.deliver(out, w.real):
-                        open_jobs.discard(job)
-                        yield job.input, job.output, job.finish(self.engine.warnings[warned:])
-                        warned = len(self.engine.warnings)
-                except RestoreError as e:
-                    job.failed = e
-                    job.abort()
-                    open_jobs.discard(job)
-                    yield job.input, job.output, e
+                        yield job.input, job.output, e
         while failed:
             yield failed.pop(0)
 
@@ -218,13 +238,20 @@ class Restorer:
     def _sample(self, batch: list[Window], obs: torch.Tensor, cfg: SamplerConfig, post: PostConfig, progress
                 ) -> torch.Tensor:
         """One sampler loop over a batch of windows, then the post-processing -> latents (R, T, D). Each
-        window draws its noise from its own generator, seeded by (seed, window index): the audio does not
-        depend on batching."""
+        file's frames draw their noise from its own generator, seeded by (seed, window index), and are
+        post-processed on their own: the audio does not depend on batching."""
         wave = torch.cat([w.wave for w in batch])
-        self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts])
-        noise = WindowNoise([w.job.seed * 1_000_003 + w.index for w in batch], [w.wave.shape[0] for w in batch],
+        frames, hop = obs.shape[1], self.codec.hop
+        # files sharing a window: the model hears each apart from the others, each is post-processed
+        # on its own frames (windows.frame_groups, extents)
+        groups = [g for w in batch for g in [w.groups(frames, hop, self.reach)] * w.wave.shape[0]]
+        shared = any(len(w.parts) > 1 for w in batch)
+        self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts],
+                                 torch.from_numpy(np.stack(groups)) if shared else None)
+        noise = WindowNoise([w.noise(frames, hop) for w in batch], [w.wave.shape[0] for w in batch],
                             obs.shape[1:], noise_draws(cfg), self.plan.device, self.noise_pool)
-        first = batch[0]
+        spans = [extents(g) for g in groups]
+        first = batch[0].parts[0]
         start = noise().float().to(self.plan.device)
         skip = self.skip.bind(obs) if self.skip is not None else None
         lin = post_mod.linear_estimate(skip, start, cfg) if post.strength != 1.0 else None
@@ -232,7 +259,7 @@ class Restorer:
         for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
-        return post_mod.finish(self.codec, post, obs, latents, lin)
+        return post_mod.finish(self.codec, post, obs, latents, lin, spans)
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
         audio = self.engine.result(handle).float().cpu().numpy() if handle is not None else None
