@@ -2,7 +2,7 @@
 
 The first codec is a fixed invertible transform: a compressed complex STFT (sqrt-Hann windows at 50%
 overlap, amplitude compressed as |X|^p e^{i angle X} and scaled to roughly unit variance). A learned codec can
-replace it behind the same interface: `frames`, `encode`, `decode`, `level_gain`, `latent_dim`, and
+replace it behind the same interface: `frames`, `encode`, `decode`, `latent_dim`, and
 `spectrum` / `latents` (latents <-> a complex time-frequency representation the pipeline can mix in).
 """
 
@@ -41,7 +41,6 @@ class Codec(Protocol):
     def frames(self, num_samples: int) -> int: ...
     def encode(self, wave: torch.Tensor) -> torch.Tensor: ...
     def decode(self, latents: torch.Tensor) -> torch.Tensor: ...
-    def level_gain(self, ref: torch.Tensor, est: torch.Tensor) -> torch.Tensor: ...
     def spectrum(self, latents: torch.Tensor) -> torch.Tensor: ...
     def latents(self, spec: torch.Tensor) -> torch.Tensor: ...
 
@@ -84,19 +83,6 @@ class STFTCodec(torch.nn.Module):
     def spectrum(self, latents: torch.Tensor) -> torch.Tensor:
         """(B, T, 2 * bins) latents -> (B, T, bins) complex STFT."""
         return decompress(latents, self.config)
-
-    def level_gain(self, ref: torch.Tensor, est: torch.Tensor) -> torch.Tensor:
-        """(B, 1, 1): the factor on each row of latents `est` (B, T, 2 * bins) that gives its audio the
-        energy of `ref`'s. Energy is the sum of |X|^2 = (|latent| / scale)^(2 / power); scaling latents by
-        k scales it by k^(2 / power)."""
-        p = self.config.power
-
-        def energy(y: torch.Tensor) -> torch.Tensor:
-            bins = y.shape[-1] // 2
-            m2 = y[..., :bins].float().square() + y[..., bins:].float().square()
-            return m2.pow(1.0 / p).sum((1, 2))
-
-        return ((energy(ref) / energy(est).clamp_min(_TINY)) ** (p / 2))[:, None, None]
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """(B, T, 2 * bins) latents -> (B, T * hop) audio."""

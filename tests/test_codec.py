@@ -37,21 +37,3 @@ def test_silence_encodes_to_zero_and_back():
     z = codec.encode(torch.zeros(1, 2560))
     assert torch.isfinite(z).all() and z.abs().max() < 1e-4
     assert codec.decode(z).abs().max() < 1e-6
-
-
-@pytest.mark.parametrize("power", [0.5, 0.3, 1.0])
-def test_level_gain_gives_the_audio_the_energy_of_the_reference(power):
-    """Two different signals at levels 26 dB apart: the gain on one's latents makes its decoded audio
-    exactly as energetic as the other's, row by row."""
-    from tests.conftest import speechlike
-    codec = STFTCodec(CodecConfig(scale=3.0, power=power))
-    n = 256 * 200
-    ref = torch.stack([torch.from_numpy(speechlike(4.0, seed=s))[:n] for s in (0, 1)]) * 0.1
-    est = torch.randn(2, n) * torch.tensor([[0.005], [0.02]])
-    zr, ze = codec.encode(ref), codec.encode(est)
-    g = codec.level_gain(zr, ze)
-    assert g.shape == (2, 1, 1)
-    energy = lambda x: x.square().sum(-1)  # noqa: E731
-    ratio = energy(codec.decode(ze * g)) / energy(codec.decode(zr))
-    assert torch.allclose(ratio, torch.ones(2), atol=0.01)  # 0.04 dB; the edge frames are not a tight frame
-    assert torch.allclose(codec.level_gain(zr, zr), torch.ones(2, 1, 1), atol=1e-5)

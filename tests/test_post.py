@@ -137,10 +137,40 @@ def sample(engine, noise, cfg, skip, seed=5):
     return list(generate_latents(engine, noise, cfg, torch.Generator().manual_seed(seed), skip=skip))[-1][1]
 
 
+def level_gain(ref: torch.Tensor, est: torch.Tensor) -> torch.Tensor:
+    """(B, 1, 1): the broadband factor on latents est that gives its audio ref's energy, row by row."""
+    p = CODEC.config.power
+    energy = lambda z: bin_energy(z).sum(-1)  # noqa: E731
+    return ((energy(ref) / energy(est)) ** (p / 2))[:, None, None]
+
+
+def bin_energy(z: torch.Tensor) -> torch.Tensor:
+    """(B, bins): the energy of latents z (B, T, D) in each frequency bin over the frames."""
+    return CODEC.spectrum(z).abs().square().sum(1)
+
+
+def test_strength_keeps_the_spectral_balance_of_a_clean_input():
+    """A clean input that the network leaves as it is, and a linear estimate that shrinks it more in some
+    bands than in others (as the observation skip does): any strength gives back the input's spectrum,
+    where one broadband gain tilted it toward the bands the shrinkage spared."""
+    g = torch.Generator().manual_seed(3)
+    clean = torch.randn(1, 60, CODEC.latent_dim, generator=g)
+    bins = CODEC.latent_dim // 2
+    shrink = torch.linspace(0.1, 0.4, bins).repeat(2)  # the same gain on a bin's two latent halves
+    lin = clean * shrink
+    for s in (0.3, 0.7):
+        out = post.blend_strength(CODEC, clean, lin, s)
+        assert torch.allclose(bin_energy(out), bin_energy(clean), rtol=1e-3)
+        flat = lin + s * (clean - lin)
+        flat = flat * level_gain(clean, flat)
+        tilt = 10 * torch.log10(bin_energy(flat) / bin_energy(clean))
+        assert tilt.max() - tilt.min() > 1.0  # what a single gain did
+
+
 def test_a_lower_strength_takes_the_level_of_the_full_strength_estimate():
     """With a network whose correction is large: at one step the output has the audio energy of the
-    full-strength estimate, window by window, where the blend alone is far quieter; at strength 1
-    nothing changes."""
+    full-strength estimate in every frequency bin, window by window, where the blend alone is far
+    quieter; at strength 1 nothing changes."""
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(2, 40, CODEC.latent_dim, generator=g) * torch.tensor([1.0, 0.2])[:, None, None]
     raw = torch.randn(obs.shape, generator=g) * 2.0
@@ -157,9 +187,11 @@ def test_a_lower_strength_takes_the_level_of_the_full_strength_estimate():
     assert torch.equal(post.finish(CODEC, PostConfig(), obs, full, lin), full)
     quiet = lin + 0.5 * (full - lin)
     matched = post.blend_strength(CODEC, full, lin, 0.5)
-    assert (CODEC.level_gain(full, quiet).flatten() > 1.5).all()  # the shrinkage left alone: > 7 dB down
-    assert torch.allclose(CODEC.level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
-    assert torch.allclose(matched / CODEC.level_gain(matched, quiet), quiet, atol=1e-5)  # only a gain
+    assert (level_gain(full, quiet).flatten() > 1.5).all()  # the shrinkage left alone: > 7 dB down
+    assert torch.allclose(level_gain(full, matched).flatten(), torch.ones(2), atol=1e-4)
+    assert torch.allclose(bin_energy(matched), bin_energy(full), rtol=1e-3)
+    gain = (bin_energy(matched) / bin_energy(quiet)).sqrt()  # one gain per row and bin, phases kept
+    assert torch.allclose(CODEC.spectrum(matched), CODEC.spectrum(quiet) * gain[:, None], rtol=1e-3, atol=1e-5)
 
 
 def test_strength_blends_the_full_strength_result_with_the_linear_estimate():
@@ -179,8 +211,9 @@ def test_strength_blends_the_full_strength_result_with_the_linear_estimate():
     for s in (0.0, 0.5, 1.5):
         out = post.finish(CODEC, PostConfig(strength=s), obs, full, lin)
         blend = lin + s * (full - lin)
-        assert torch.allclose(out, blend * CODEC.level_gain(out, blend), atol=1e-5)  # the blend, only a gain
-        assert torch.allclose(CODEC.level_gain(full, out).flatten(), torch.ones(2), atol=1e-4)  # at x's energy
+        gain = (bin_energy(out) / bin_energy(blend)).sqrt()  # the blend, only a gain per bin
+        assert torch.allclose(CODEC.spectrum(out), CODEC.spectrum(blend) * gain[:, None], rtol=1e-3, atol=1e-5)
+        assert torch.allclose(bin_energy(out), bin_energy(full), rtol=1e-3)  # at x's energy in every bin
     unguided = dataclasses.replace(cfg, guided_until=0.0)
     assert torch.equal(post.linear_estimate(skip, noise, unguided), noise - skip((zero,), noise, 1.0)[0])
 
