@@ -68,7 +68,10 @@ def stop(proc, sig):
 def test_sigterm_mid_folder_keeps_finished_outputs_and_nothing_else(tiny_model, tmp_path):
     src, out = tmp_path / "in", tmp_path / "out"
     names = make_folder(src)
-    # the third window: a.wav is written (decodes run one window behind sampling), sub/b.flac is not
+    # a transcript keeps a.wav out of the window that c.ogg would share with it (short files are packed by
+    # rows and transcript): three windows, a, b, c; at the third, a.wav is written (decodes run one window
+    # behind sampling), sub/b.flac is not
+    (src / "a.txt").write_text("a transcript for a")
     proc = start(tmp_path, 3, src, "-o", out, "--model", tiny_model, "--sampler", "flash", "--steps", "1")
     code, output = stop(proc, signal.SIGTERM)
     assert code == 143, output
