@@ -66,13 +66,6 @@ class TextConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
-class RefinerConfig(BaseConfig):
-    """The band refiner after the sampler (restore/model/refiner.py); channels 0: none."""
-    channels: int = 0
-    dilations: tuple = (1, 2, 4, 8)  # per residual block, along time; each block's kernel is 3 x 3
-
-
-@dataclass(frozen=True)
 class ModelConfig(BaseConfig):
     width: int = 384
     layers: int = 8
@@ -84,7 +77,6 @@ class ModelConfig(BaseConfig):
     precondition: str = "none"  # "obs_skip": the network predicts what the best linear estimator cannot
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     text: TextConfig = field(default_factory=TextConfig)
-    refiner: RefinerConfig = field(default_factory=RefinerConfig)
 
     @property
     def head_dim(self) -> int:
@@ -95,8 +87,7 @@ class ModelConfig(BaseConfig):
         d = dict(d or {})
         enc = EncoderConfig.from_dict(d.pop("encoder", None))
         txt = TextConfig.from_dict(d.pop("text", None))
-        ref = RefinerConfig.from_dict(d.pop("refiner", None))
-        return dataclasses.replace(super().from_dict(d), encoder=enc, text=txt, refiner=ref)
+        return dataclasses.replace(super().from_dict(d), encoder=enc, text=txt)
 
 
 @dataclass(frozen=True)

@@ -144,19 +144,3 @@ def build_skip(files: ModelFiles, device: str | torch.device = "cpu"):
     except RuntimeError as e:
         raise InputError(f"model weights lack the observation skip that config.json declares ({e})") from None
     return skip.to(device).eval().requires_grad_(False)
-
-
-def build_refiner(files: ModelFiles, device: str | torch.device = "cpu"):
-    """The band refiner (fp32) for models that have one, else None; like the skip, built from the weights
-    alone and run in PyTorch after the sampler, whatever engine runs the network."""
-    if not files.model.refiner.channels:
-        return None
-    from .model.refiner import Refiner
-
-    refiner = Refiner(files.model.refiner)
-    prefix = "refiner."
-    try:
-        refiner.load_state_dict({k[len(prefix):]: v.float() for k, v in files.state.items() if k.startswith(prefix)})
-    except RuntimeError as e:
-        raise InputError(f"model weights lack the refiner that config.json declares ({e})") from None
-    return refiner.to(device).eval().requires_grad_(False)

@@ -279,9 +279,9 @@ def load(folder: str | Path) -> DiT:
         state.update(mx.load(str(shard)))
     if not state:
         raise InputError(f"{folder}: no weight files (model-*.safetensors)")
-    # the observation skip (skip.*) and the refiner (refiner.*) run in torch, outside every engine
+    # the observation skip (skip.*) is applied by the sampler loop in torch, outside every engine
     items = [(k, (v.transpose(0, 2, 1) if k in convs else v).astype(mx.float32)) for k, v in state.items()
-             if not k.startswith(("skip.", "refiner."))]
+             if not k.startswith("skip.")]
     try:
         model.load_weights(items, strict=True)  # every name must match, as in restore.weights.build_model
     except ValueError as e:

@@ -21,7 +21,6 @@ from ..config import CodecConfig, ModelConfig
 from .encoder import SemanticEncoder, TextEncoder, timestep_features
 from .layers import Block, RMSNorm, group_mask, rotary_tables
 from .precondition import ObsSkip
-from .refiner import Refiner
 
 
 @dataclass
@@ -67,8 +66,6 @@ class DiT(nn.Module):
         # it into a velocity (ObsSkip.velocity), so that every engine computes the network alone
         self.skip = ObsSkip(d) if config.precondition == "obs_skip" else None
         self._init()
-        # not part of velocity(): the pipeline runs it once on the sampler's result (weights.build_refiner)
-        self.refiner = Refiner(config.refiner) if config.refiner.channels else None
 
     def _init(self):
         for m in self.modules():

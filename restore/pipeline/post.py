@@ -1,9 +1,5 @@
 """Post-processing: what happens to the sampler's result before it becomes the output file.
 
-0. **The band refiner** (`refine`), for models that have one: a small convolutional network over the
-   time-frequency plane corrects the sampler's estimate bin by bin (restore/model/refiner.py). What
-   follows treats its output as the sampler's result.
-
 1. **Strength** (`blend_strength`). The sampler always runs at full strength; strength s then keeps
    lin + s (x - lin) of its result x, where lin is the observation skip's clean estimate at the first
    step with the network's part left out (`linear_estimate`). At one step that is exactly what a network
@@ -117,18 +113,6 @@ def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float, span
     num = _local(s2 * g.square())
     b = num / (num + 10.0 ** (keep_db / 10.0) * _local(_power(r))).clamp_min(_TINY)
     return codec.latents((s + b * r) / g).to(est.dtype)
-
-
-def refine(refiner, obs: torch.Tensor, x: torch.Tensor, spans: Spans | None = None) -> torch.Tensor:
-    """The sampler's result x (B, T, D) corrected by the model's band refiner (restore/model/refiner.py),
-    each file on its own frames where files share a window, as it would be alone."""
-    if spans is None:
-        return refiner(x, obs).to(x.dtype)
-    out = x.clone()
-    for r, row in enumerate(spans):
-        for a, b in row:
-            out[r : r + 1, a:b] = refiner(x[r : r + 1, a:b], obs[r : r + 1, a:b]).to(x.dtype)
-    return out
 
 
 def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,

@@ -82,7 +82,6 @@ class Restorer:
         else:
             self.model = weights.build_model(self.files, device=self.plan.device)
         self.skip = weights.build_skip(self.files, self.plan.device)
-        self.refiner = weights.build_refiner(self.files, self.plan.device)
         self.codec = build_codec(self.files.codec).to(self.plan.device)
         self.sample_rate = self.files.codec.sample_rate
         wc = window or WindowConfig()
@@ -260,9 +259,6 @@ class Restorer:
         for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
-        if self.refiner is not None:
-            with self.tracer.span("refiner", "pipeline"):
-                latents = post_mod.refine(self.refiner, obs, latents, spans if shared else None)
         return post_mod.finish(self.codec, post, obs, latents, lin, spans)
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:

@@ -31,7 +31,6 @@ from .degrade import DegradeConfig
 from .mel import LogMelDistance
 from .replicas import Replicas
 
-STAGES = ("flow", "refiner")
 CAPTURE_STEPS = 20  # steps of a process that may capture CUDA graphs (torch.compile records them in the first few)
 
 
@@ -60,8 +59,6 @@ class TrainConfig(BaseConfig):
                                 # estimate instead of the clean latents, at a flow time in own_t: the later
                                 # steps of a sampler that refines that estimate see exactly such inputs
     own_t: tuple = (0.1, 0.7)
-    stage: str = "flow"         # flow: train the network on the flow loss; refiner: train only the band
-                                # refiner (model.refiner) on the frozen network's one-step estimate
     speeds: tuple = (1.0,)      # speech speed factors the windows are drawn from (data.TrainingData)
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
@@ -87,12 +84,7 @@ class Trainer:
         self.cfg, self.model_cfg, self.codec_cfg = cfg, model_cfg, codec_cfg
         self.replicas = rep = Replicas.from_env(device)
         self.device = torch.device(rep.device(device))
-        if cfg.stage not in STAGES:
-            raise ValueError(f"unknown stage {cfg.stage!r}: choose one of {', '.join(STAGES)}")
-        if cfg.stage == "refiner" and not model_cfg.refiner.channels:
-            raise ValueError("stage 'refiner' needs a model with a refiner (model.refiner.channels > 0)")
-        own_pass = cfg.p_own_estimate > 0 or cfg.stage == "refiner"  # the EMA model's one-step estimate
-        if own_pass and self.device.type == "cuda":
+        if cfg.p_own_estimate > 0 and self.device.type == "cuda":
             # cuDNN's attention failed with an illegal memory access (mha_graph.execute) twice on an H200
             # when the eager EMA pass of the own estimate ran beside the compiled step; the other kernels
             # serve both.
@@ -124,25 +116,18 @@ class Trainer:
             missing, unexpected = self.model.load_state_dict({k: v.float() for k, v in files.state.items()},
                                                              strict=False)
             # a model without the observation skip may start one: the skip keeps its initial values and
-            # the output layer, which predicted whole velocities, restarts from zero (the skip's estimate);
-            # a model without a refiner may gain one, which starts as the identity
-            if unexpected or any(not k.startswith(("skip.", "refiner.")) for k in missing):
+            # the output layer, which predicted whole velocities, restarts from zero (the skip's estimate)
+            if unexpected or any(not k.startswith("skip.") for k in missing):
                 raise ValueError(f"{'the init' if init is files else init}: weights do not match (missing {missing[:5]}, unexpected {unexpected[:5]})")
-            if any(k.startswith("skip.") for k in missing):
+            if missing:
                 torch.nn.init.zeros_(self.model.out.weight)
                 torch.nn.init.zeros_(self.model.out.bias)
         rep.broadcast_parameters(self.model)
-        if cfg.stage == "refiner":  # the network stays as it is; only the refiner learns
-            self.model.requires_grad_(False)
-            self.model.refiner.requires_grad_(True)
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False)
-        trained = {n for n, p in self.model.named_parameters() if p.requires_grad}
-        self.ema_params = [p for n, p in self.ema.named_parameters() if n in trained]
-        self.model_params = [p for n, p in self.model.named_parameters() if n in trained]
+        self.ema_params, self.model_params = list(self.ema.parameters()), list(self.model.parameters())
         decay, no_decay = [], []
         for name, p in self.model.named_parameters():
-            if name in trained:
-                (no_decay if p.ndim < 2 or "embed" in name else decay).append(p)
+            (no_decay if p.ndim < 2 or "embed" in name else decay).append(p)
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
@@ -153,7 +138,7 @@ class Trainer:
         # The own estimate runs the EMA model compiled as well: an eager EMA pass beside the compiled step
         # crashed three times on an H200 (illegal memory accesses in cuDNN attention and in an inductor
         # kernel). Compiled without CUDA graphs: its inputs change every step and it runs once per step.
-        self.ema_forward = torch.compile(self.ema) if cfg.compile and own_pass else self.ema
+        self.ema_forward = torch.compile(self.ema) if cfg.compile and cfg.p_own_estimate > 0 else self.ema
         # CUDA graphs are captured in the first steps, and a capture fails if the producer thread makes
         # CUDA calls meanwhile ("operation failed due to a previous error during capture").
         # Those steps hold the producer off with this lock; later steps only replay the graphs.
@@ -233,8 +218,6 @@ class Trainer:
 
     def train_step(self, batch, lr_scale: float = 1.0) -> float:
         cfg = self.cfg
-        if cfg.stage == "refiner":
-            return self.refiner_step(batch, lr_scale)
         clean, degraded, use_cond, ids, mask, frame_mask = batch
         with torch.no_grad():
             x0 = self.codec.encode(clean)
@@ -271,39 +254,10 @@ class Trainer:
             mel = self.mel(xt - t[:, None, None] * v, x0, frame_mask)  # x_t - t v: the clean-latent estimate
             objective = loss + cfg.mel_weight * mel
             self.last_mel = mel.detach()
-        self.update(objective, lr_scale)
-        return loss.detach()
-
-    def refiner_step(self, batch, lr_scale: float = 1.0) -> float:
-        """One step of the refiner on the frozen network's one-step estimate (with its conditions, as the
-        sampler runs it): the same objective as the flow loss at t = 1, the refined estimate against the
-        clean latents."""
-        cfg = self.cfg
-        clean, degraded, use_cond, ids, mask, frame_mask = batch
-        with torch.no_grad():
-            x0 = self.codec.encode(clean)
-            obs = self.codec.encode(degraded)
-            est = self.own_estimate(degraded, obs, torch.ones_like(use_cond), ids, mask)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
-            out = self.model.refiner(est, obs)
-        out = out.float()
-        err = (out - x0).square().mean(-1)
-        loss = (err * frame_mask).sum() / frame_mask.sum().clamp_min(1)
-        objective = loss
-        if cfg.mel_weight > 0:
-            mel = self.mel(out, x0, frame_mask)
-            objective = loss + cfg.mel_weight * mel
-            self.last_mel = mel.detach()
-        self.update(objective, lr_scale)
-        return loss.detach()
-
-    def update(self, objective: torch.Tensor, lr_scale: float) -> None:
-        """Backward, the optimiser's step on the trained parameters, and the EMA."""
-        cfg = self.cfg
         self.opt.zero_grad(set_to_none=True)
         objective.backward()
         self.replicas.average_gradients(self.model_params)
-        torch.nn.utils.clip_grad_norm_(self.model_params, cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         lr = cfg.lr * min(1.0, (self.step + 1) / cfg.warmup) * lr_scale
         for g in self.opt.param_groups:
             g["lr"] = lr
@@ -312,6 +266,7 @@ class Trainer:
         d = min(cfg.ema_decay, (1 + self.step) / (10 + self.step))
         with torch.no_grad():
             torch._foreach_lerp_(self.ema_params, self.model_params, 1 - d)
+        return loss.detach()
 
     @torch.no_grad()
     def own_estimate(self, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
@@ -350,12 +305,6 @@ class Trainer:
             v1 = vel(eps, 1.0)
             one = eps - v1  # the one-step estimate, what a one-step sampler outputs
             x0_err = ((one - x0).square().mean() / x0.square().mean()).item()
-            refined = {}
-            if self.ema.refiner is not None:
-                r1 = self.ema.refiner(one, obs).float()
-                refined = {"val_x0_err_refined": ((r1 - x0).square().mean() / x0.square().mean()).item(),
-                           "val_mel_refined": self.mel(r1, x0).item(),
-                           "val_si_sdr_refined": si_sdr(self.codec.decode(r1), clean)}
             mel_1step, mel_input = self.mel(one, x0).item(), self.mel(obs, x0).item()
             obs_err = ((obs - x0).square().mean() / x0.square().mean()).item()
             losses = []
@@ -378,8 +327,7 @@ class Trainer:
                 "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate),
                 "val_mel_1step": mel_1step, "input_mel": mel_input,
                 "val_lsd_refine": lsd(outr, clean), "val_si_sdr_refine": si_sdr(outr, clean),
-                "val_si_sdr_1step": si_sdr(out1, clean), "val_high_db_refine": band_level(outr, clean, rate),
-                **refined}
+                "val_si_sdr_1step": si_sdr(out1, clean), "val_high_db_refine": band_level(outr, clean, rate)}
 
     def batches(self):
         """Batches from the configured producer; each one moves the state a checkpoint restarts from."""
