@@ -28,6 +28,7 @@ from ..sampling import timesteps
 from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
 from .data import load_validation
 from .degrade import DegradeConfig
+from .adversarial import MultiResolutionDiscriminator, crop_frames, discriminator_loss, generator_terms
 from .mel import LogMelDistance
 from .replicas import Replicas
 
@@ -59,6 +60,13 @@ class TrainConfig(BaseConfig):
                                 # estimate instead of the clean latents, at a flow time in own_t: the later
                                 # steps of a sampler that refines that estimate see exactly such inputs
     own_t: tuple = (0.1, 0.7)
+    adv_weight: float = 0.0     # weight of the discriminators' verdict on the one-step estimate (adversarial.py);
+                                # 0 with fm_weight 0: no discriminators. Added to the objective, not the logged loss
+    fm_weight: float = 0.0      # weight of the discriminators' feature matching, likewise
+    adv_warmup: int = 300       # steps over which both weights rise from 0, while the discriminators learn
+    adv_seconds: float = 2.0    # the crop of each window they judge (the same crop of the clean and the estimate)
+    d_lr: float = 2e-4          # the discriminators' learning rate (AdamW, betas 0.8, 0.99, constant)
+    d_channels: int = 32
     speeds: tuple = (1.0,)      # speech speed factors the windows are drawn from (data.TrainingData)
     window_seconds: float = 30.0
     minutes: float = 20.0       # wall-clock budget of one run
@@ -99,6 +107,7 @@ class Trainer:
         self.codec = build_codec(codec_cfg).to(self.device)
         self.mel = LogMelDistance(self.codec, floor=10.0 ** (-cfg.mel_floor_db / 10.0)).to(self.device)
         self.last_mel = None  # the last step's log-mel distance, when mel_weight is on
+        self.last_adv: dict[str, torch.Tensor] = {}  # the last step's adversarial terms, when they are on
         # Level normalisation undoes any gain of the degraded input, so a gain effect would only make the
         # target level arbitrary: training leaves it out.
         degrade_cfg = dataclasses.replace(degrade_cfg or DegradeConfig(), p_gain=0.0)
@@ -131,6 +140,14 @@ class Trainer:
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
+        self.disc = self.opt_d = None
+        if cfg.adv_weight > 0 or cfg.fm_weight > 0:
+            if cfg.t_one <= 0:
+                raise ValueError("the adversarial terms judge the one-step estimates, at t = 1: set t_one > 0")
+            self.disc = MultiResolutionDiscriminator(cfg.d_channels).to(self.device)
+            rep.broadcast_parameters(self.disc)
+            self.opt_d = torch.optim.AdamW(self.disc.parameters(), lr=cfg.d_lr, betas=(0.8, 0.99),
+                                           weight_decay=0.0, fused=self.device.type == "cuda")
         self.step = 0
         self.dgen = torch.Generator(device=self.device).manual_seed(seed + 2)  # noise, t (device)
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
@@ -155,6 +172,7 @@ class Trainer:
         if not self.replicas.lead:
             return
         state = {"model": self.model.state_dict(), "ema": self.ema.state_dict(), "opt": self.opt.state_dict(),
+                 **({"disc": self.disc.state_dict(), "opt_d": self.opt_d.state_dict()} if self.disc else {}),
                  "step": self.step, "batches": self.batch_state, "dgen": self.dgen.get_state(),
                  "replicas": streams[1:], "elapsed": self.elapsed(),
                  "config": {"train": self.cfg.to_dict(), "model": self.model_cfg.to_dict(),
@@ -171,6 +189,9 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.ema.load_state_dict(state["ema"])
         self.opt.load_state_dict(state["opt"])
+        if self.disc is not None and "disc" in state:  # else the discriminators start afresh on a plain run
+            self.disc.load_state_dict(state["disc"])
+            self.opt_d.load_state_dict(state["opt_d"])
         self.step = state["step"]
         streams = [{"batches": state["batches"], "dgen": state["dgen"]}, *state.get("replicas", [])]
         if len(streams) != self.replicas.world:
@@ -254,6 +275,8 @@ class Trainer:
             mel = self.mel(xt - t[:, None, None] * v, x0, frame_mask)  # x_t - t v: the clean-latent estimate
             objective = loss + cfg.mel_weight * mel
             self.last_mel = mel.detach()
+        if self.disc is not None:
+            objective = objective + self.adversarial(x0, xt - t[:, None, None] * v, t, frame_mask)
         self.opt.zero_grad(set_to_none=True)
         objective.backward()
         self.replicas.average_gradients(self.model_params)
@@ -267,6 +290,36 @@ class Trainer:
         with torch.no_grad():
             torch._foreach_lerp_(self.ema_params, self.model_params, 1 - d)
         return loss.detach()
+
+    def adversarial(self, x0: torch.Tensor, est: torch.Tensor, t: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+        """One discriminator step on a crop of each window (the clean against the estimates of the rows at
+        t = 1, the one-step sampler's), then the generator's weighted adversarial and feature-matching
+        terms of the same crops, to be added to its objective."""
+        cfg = self.cfg
+        b, frames = x0.shape[:2]
+        n = min(frames, max(1, round(cfg.adv_seconds * self.codec_cfg.sample_rate / self.codec.hop)))
+        valid = frame_mask.sum(1).long()
+        start = (torch.rand(b, device=self.device, generator=self.dgen) * (valid - n + 1).clamp_min(1)).long()
+        start = start.clamp(max=frames - n)
+        real = self.codec.decode(crop_frames(x0, start, n))
+        fake = self.codec.decode(crop_frames(est, start, n))
+        judged = (t >= 1.0).float()
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                  enabled=cfg.bf16 and self.device.type == "cuda")
+        self.disc.requires_grad_(True)
+        with autocast:
+            d_loss = discriminator_loss(self.disc, real, fake.detach(), judged)
+        self.opt_d.zero_grad(set_to_none=True)
+        d_loss.backward()
+        d_params = list(self.disc.parameters())
+        self.replicas.average_gradients(d_params)
+        self.opt_d.step()
+        self.disc.requires_grad_(False)  # the generator's terms pass through them without training them
+        with autocast:
+            adv, fm = generator_terms(self.disc, real, fake, judged)
+        self.last_adv = {"d_loss": d_loss.detach(), "adv_loss": adv.detach(), "fm_loss": fm.detach()}
+        ramp = min(1.0, (self.step + 1) / max(cfg.adv_warmup, 1))
+        return ramp * (cfg.adv_weight * adv + cfg.fm_weight * fm)
 
     @torch.no_grad()
     def own_estimate(self, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
@@ -373,7 +426,7 @@ class Trainer:
         cfg, rep = self.cfg, self.replicas
         clock = rep.agree(time.time() - start)
         last_ckpt = clock
-        window_loss, window_mel, window_t, data_s = [], [], time.time(), 0.0
+        window_loss, window_mel, window_adv, window_t, data_s = [], [], [], time.time(), 0.0
         steps_here = 0
         while clock < budget:
             t0 = time.time()
@@ -383,16 +436,19 @@ class Trainer:
                 window_loss.append(self.train_step(batch, lr_scale(clock, budget, cfg.decay)))
             if cfg.mel_weight > 0:
                 window_mel.append(self.last_mel)
+            if self.disc is not None:
+                window_adv.append(self.last_adv)
             steps_here += 1
             if rep.world == 1 or self.step % cfg.log_every == 0:
                 clock = rep.agree(time.time() - start)
             if self.step % cfg.log_every == 0:
                 now = time.time()
                 mel = {"mel_loss": torch.stack(window_mel).mean().item()} if window_mel else {}
-                self.log(step=self.step, loss=torch.stack(window_loss).mean().item(), **mel,
+                adv = {k: torch.stack([a[k] for a in window_adv]).mean().item() for k in window_adv[0]} if window_adv else {}
+                self.log(step=self.step, loss=torch.stack(window_loss).mean().item(), **mel, **adv,
                          lr=self.opt.param_groups[0]["lr"], steps_per_s=len(window_loss) / (now - window_t),
                          data_share=round(data_s / (now - window_t), 3), elapsed=round(self.elapsed(), 1))
-                window_loss, window_mel, window_t, data_s = [], [], now, 0.0
+                window_loss, window_mel, window_adv, window_t, data_s = [], [], [], now, 0.0
             if self.step % cfg.val_every == 0 and rep.lead:
                 self.log(step=self.step, **self.validate())
             if clock - last_ckpt > cfg.ckpt_minutes * 60:
