@@ -52,3 +52,10 @@ def test_depth_zero_and_short_input_are_left_alone_and_it_is_deterministic():
     assert suppress_floor(short, 12.0) is short
     assert torch.equal(suppress_floor(x, 12.0), suppress_floor(x, 12.0))
     assert suppress_floor(x, 12.0).shape == x.shape
+
+
+def test_a_batch_is_lowered_row_by_row():
+    rows = [bursts_over_hiss(s)[0] for s in (3, 4)]
+    batch = suppress_floor(torch.stack(rows), 12.0)
+    for row, out in zip(rows, batch):
+        assert torch.allclose(suppress_floor(row, 12.0), out, atol=1e-6)

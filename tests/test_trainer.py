@@ -240,6 +240,15 @@ def test_the_adversarial_terms_reach_the_model(train_data_dir, tmp_path):
     assert any(moved)
 
 
+@pytest.mark.slow
+def test_the_discriminators_can_see_clean_speech_with_its_floor_lowered(train_data_dir, tmp_path):
+    runs = [trainer(train_data_dir, tmp_path / str(d), t_one=1.0, adv_weight=1.0, adv_warmup=1, adv_seconds=1.0,
+                    d_channels=4, adv_real_floor_db=d) for d in (0.0, 20.0)]
+    for tr in runs:
+        tr.train_step(tr.batch())  # same batch and draws: only what the discriminators call real differs
+    assert runs[0].last_adv["d_loss"] != runs[1].last_adv["d_loss"]
+
+
 def test_adversarial_terms_without_rows_at_t_one_are_refused(train_data_dir, tmp_path):
     with pytest.raises(ValueError, match="t_one"):
         trainer(train_data_dir, tmp_path / "run", adv_weight=0.1)

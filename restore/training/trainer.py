@@ -28,6 +28,7 @@ from ..sampling import timesteps
 from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
 from .data import load_validation
 from .degrade import DegradeConfig
+from .floor import suppress_floor
 from .adversarial import MultiResolutionDiscriminator, crop_frames, discriminator_loss, generator_terms
 from .mel import LogMelDistance
 from .replicas import Replicas
@@ -65,6 +66,8 @@ class TrainConfig(BaseConfig):
     fm_weight: float = 0.0      # weight of the discriminators' feature matching, likewise
     adv_warmup: int = 300       # steps over which both weights rise from 0, while the discriminators learn
     adv_seconds: float = 2.0    # the crop of each window they judge (the same crop of the clean and the estimate)
+    adv_real_floor_db: float = 0.0  # the clean windows the discriminators see as real, their steady floor lowered
+                                # by up to this (floor.py; the flow targets keep theirs); 0: off
     d_lr: float = 2e-4          # the discriminators' learning rate (AdamW, betas 0.8, 0.99, constant)
     d_channels: int = 32
     speeds: tuple = (1.0,)      # speech speed factors the windows are drawn from (data.TrainingData)
@@ -276,7 +279,11 @@ class Trainer:
             objective = loss + cfg.mel_weight * mel
             self.last_mel = mel.detach()
         if self.disc is not None:
-            objective = objective + self.adversarial(x0, xt - t[:, None, None] * v, t, frame_mask)
+            real = x0
+            if cfg.adv_real_floor_db > 0:
+                with torch.no_grad():
+                    real = self.codec.encode(suppress_floor(clean, cfg.adv_real_floor_db))
+            objective = objective + self.adversarial(real, xt - t[:, None, None] * v, t, frame_mask)
         self.opt.zero_grad(set_to_none=True)
         objective.backward()
         self.replicas.average_gradients(self.model_params)
@@ -292,7 +299,7 @@ class Trainer:
         return loss.detach()
 
     def adversarial(self, x0: torch.Tensor, est: torch.Tensor, t: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
-        """One discriminator step on a crop of each window (the clean against the estimates of the rows at
+        """One discriminator step on a crop of each window (the clean latents x0 against the estimates of the rows at
         t = 1, the one-step sampler's), then the generator's weighted adversarial and feature-matching
         terms of the same crops, to be added to its objective."""
         cfg = self.cfg
