@@ -95,10 +95,12 @@ class Trainer:
         self.cfg, self.model_cfg, self.codec_cfg = cfg, model_cfg, codec_cfg
         self.replicas = rep = Replicas.from_env(device)
         self.device = torch.device(rep.device(device))
-        if cfg.p_own_estimate > 0 and self.device.type == "cuda":
+        eager_beside = cfg.p_own_estimate > 0 or cfg.adv_weight > 0 or cfg.fm_weight > 0
+        if eager_beside and self.device.type == "cuda":
             # cuDNN's attention failed with an illegal memory access (mha_graph.execute) twice on an H200
-            # when the eager EMA pass of the own estimate ran beside the compiled step; the other kernels
-            # serve both.
+            # when the eager EMA pass of the own estimate ran beside the compiled step, and a run with the
+            # discriminators' eager passes died the same way on an H200 (reported, asynchronously, in
+            # their weight norm); the other attention kernels serve both.
             torch.backends.cuda.enable_cudnn_sdp(False)
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
