@@ -70,7 +70,10 @@ def test_the_model_is_found_in_a_documented_order(tmp_path, monkeypatch):
 def test_shipped_default_model_loads():
     files = weights.load()
     assert files.codec.sample_rate == 16000
-    assert files.info.get("train_steps", 0) > 0  # trained weights, with their provenance
+    # trained weights, with their provenance: the whole lineage's steps, and each averaged source's own run
+    assert files.info.get("total_train_steps", 0) > 0
+    for source in files.info.get("averaged", []):
+        assert source["run"] and source["train_steps"] > 0 and 0 < source["share"] < 1
     model = weights.build_model(files)
     assert sum(p.numel() for p in model.parameters()) == files.info["parameters"]
 
