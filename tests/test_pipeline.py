@@ -1,5 +1,8 @@
 """End to end through restore.pipeline.Restorer with the tiny random model (plumbing, not quality)."""
 
+import os
+import threading
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -498,3 +501,168 @@ def test_a_file_sharing_a_window_is_restored_apart_from_its_neighbours(live_mode
             assert not np.allclose(one, two, atol=1e-3)
         else:
             np.testing.assert_allclose(one, two, rtol=0, atol=3e-7, err_msg=name)
+
+
+# ---- the files' finishing work on a thread of its own (issue 50) ----
+
+class InlineWriter:
+    """restorer._Writer as it was before the thread: each batch's files finished in the caller's thread
+    where the batch is handed over."""
+
+    def __init__(self, finish, depth=2):
+        self.finish = finish
+
+    def hand(self, item):
+        yield from self.finish(item)
+
+    def drain(self):
+        return iter(())
+
+    def stop(self):
+        pass
+
+
+def writer_threads():
+    return [t.name for t in threading.enumerate() if t.name in ("restore-read", "restore-write")]
+
+
+def a_folder(folder):
+    """Short files of several rates and channels (packed), a long one, one that cannot be read; the
+    outputs as (input, output in `out`) pairs."""
+    files = {"a.wav": (speechlike(1.0, 16000, seed=1), 16000), "b.flac": (stereo(0.9, 48000), 48000),
+             "c.wav": (speechlike(0.7, 44100, seed=2) * 3.0, 44100),
+             "d.wav": (speechlike(SECONDS, 16000, seed=4), 16000),
+             "e.flac": (stereo(0.8, 22050), 22050), "f.wav": (speechlike(1.2, 8000, seed=3), 8000),
+             "g.wav": (speechlike(0.6, 16000, seed=5), 16000)}
+    pairs = [(write(folder / name, x, sr), name) for name, (x, sr) in files.items()]
+    (folder / "bad.wav").write_text("not audio")
+    pairs.insert(3, (folder / "bad.wav", "bad.wav"))
+    return lambda out: [(src, out / name) for src, name in pairs]  # noqa: E731
+
+
+def test_the_writer_thread_gives_what_finishing_in_the_callers_thread_gives(restorer, tmp_path, monkeypatch):
+    """The same files, byte for byte, and the same results in the same order, reports and the engine's
+    warnings included, as finishing each batch's files in the caller's thread."""
+    from restore.pipeline import restorer as restorer_mod
+
+    pairs = a_folder(tmp_path / "in")
+    original = Restorer._sample
+
+    def warns(self, batch, *args, **kwargs):  # an engine warning with every batch
+        self.engine.warnings.append(f"batch of {'+'.join(p.job.input.name for w in batch for p in w.parts)}")
+        return original(self, batch, *args, **kwargs)
+    monkeypatch.setattr(Restorer, "_sample", warns)
+    before = len(restorer.engine.warnings)
+
+    def run(out):
+        return [(src.name, rep) for src, _, rep in restorer.restore_files(pairs(out), batch_rows=2, **FAST)]
+    try:
+        threaded = run(tmp_path / "threaded")
+        with monkeypatch.context() as m:
+            m.setattr(restorer_mod, "_Writer", InlineWriter)
+            inline = run(tmp_path / "inline")
+    finally:
+        del restorer.engine.warnings[before:]
+    assert [(n, type(r).__name__) for n, r in threaded] == [(n, type(r).__name__) for n, r in inline]
+    assert sum(isinstance(r, Exception) for _, r in threaded) == 1
+    mine = lambda r: str(r) if isinstance(r, Exception) else {  # noqa: E731
+        k: v for k, v in r.to_dict().items() if k not in ("output", "seconds_wall", "realtime_factor")}
+    assert [mine(r) for _, r in threaded] == [mine(r) for _, r in inline]
+    # as before the thread: a batch's files are finished after the next batch is sampled, and the
+    # warnings so far go with the first file to finish
+    batches = ["d.wav+d.wav", "d.wav+a.wav+c.wav", "b.flac+e.flac", "f.wav+g.wav"]
+    assert {n: r.warnings for n, r in threaded if not isinstance(r, Exception)} == {
+        "d.wav": [f"batch of {b}" for b in batches[:3]], "b.flac": [f"batch of {batches[3]}"],
+        "a.wav": [], "c.wav": [], "e.flac": [], "f.wav": [], "g.wav": []}
+    names = sorted(p.name for p in (tmp_path / "inline").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "threaded").iterdir()) and len(names) == 7
+    for name in names:
+        assert (tmp_path / "threaded" / name).read_bytes() == (tmp_path / "inline" / name).read_bytes(), name
+    assert writer_threads() == []
+
+
+def test_a_file_that_fails_to_write_is_reported_and_the_others_finish(restorer, tmp_path, monkeypatch):
+    """A write that fails for the first file of a shared window (a.wav, with c.wav): that file is
+    reported, the others are written. A caller that stops at the failure gets nothing written after it."""
+    pairs = a_folder(tmp_path / "in")
+    write_ = sf.SoundFile.write
+
+    def failing(self, data):
+        if os.path.basename(self.name).startswith(".a.wav."):
+            raise sf.LibsndfileError(2)
+        return write_(self, data)
+    monkeypatch.setattr(sf.SoundFile, "write", failing)
+    out = tmp_path / "out"
+    results = {src.name: rep for src, _, rep in restorer.restore_files(pairs(out), batch_rows=2, **FAST)}
+    assert str(results["a.wav"]) == f"{out / 'a.wav'}: writing failed (System error)"
+    assert sorted(n for n, r in results.items() if isinstance(r, Exception)) == ["a.wav", "bad.wav"]
+    assert sorted(p.name for p in out.iterdir()) == ["b.flac", "c.wav", "d.wav", "e.flac", "f.wav", "g.wav"]
+    # stopping at it: the file after it in its window is dropped, no temporary file left
+    out = tmp_path / "stopped"
+    results = restorer.restore_files(pairs(out), batch_rows=2, **FAST)
+    taken = []
+    for src, _, rep in results:
+        taken.append(src.name)
+        if isinstance(rep, Exception) and src.name == "a.wav":
+            results.close()
+            break
+    assert taken == ["bad.wav", "d.wav", "a.wav"]
+    assert sorted(p.name for p in out.iterdir()) == ["d.wav"]
+    assert writer_threads() == []
+
+
+def test_an_error_in_the_writer_is_raised_in_the_caller(restorer, tmp_path, monkeypatch):
+    """An unexpected error while finishing a file comes out of the iterator where that file's result
+    would have; the thread is gone and no temporary file is left."""
+    from restore.pipeline.job import FileJob
+
+    pairs = a_folder(tmp_path / "in")
+    original = FileJob.finish
+
+    def broken(self, warnings):
+        if self.input.name == "c.wav":
+            raise ZeroDivisionError("a bug")
+        return original(self, warnings)
+    monkeypatch.setattr(FileJob, "finish", broken)
+    out = tmp_path / "out"
+    taken = []
+    with pytest.raises(ZeroDivisionError, match="a bug"):
+        for src, _, _ in restorer.restore_files(pairs(out), **FAST):
+            taken.append(src.name)
+    assert taken == ["bad.wav", "d.wav", "a.wav"]
+    assert writer_threads() == [] and not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_an_error_while_restoring_comes_after_the_files_restored_before_it(restorer, tmp_path, monkeypatch):
+    """As before the thread: the files whose windows were all restored are written and yielded, then
+    the error is raised (a Ctrl-C's report lists them)."""
+    pairs = a_folder(tmp_path / "in")
+    original, calls = Restorer._sample, []
+
+    def crash(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # windows: d, d, d, a+c, b+e: d's last is decoded and handed over after a+c's
+            raise RuntimeError("crash")
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(Restorer, "_sample", crash)
+    taken = []
+    with pytest.raises(RuntimeError, match="crash"):
+        for src, _, rep in restorer.restore_files(pairs(tmp_path / "out"), **FAST):
+            taken.append((src.name, type(rep).__name__))
+    assert taken == [("bad.wav", "InputError"), ("d.wav", "FileReport")]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["d.wav"] and writer_threads() == []
+
+
+def test_closing_early_stops_the_threads_and_leaves_complete_files(restorer, tmp_path):
+    """Closing the iterator stops the reading and writing threads; the outputs there are complete."""
+    pairs = a_folder(tmp_path / "in")
+    list(restorer.restore_files(pairs(tmp_path / "all"), **FAST))
+    results = restorer.restore_files(pairs(tmp_path / "out"), **FAST)
+    assert [next(results)[0].name for _ in range(2)] == ["bad.wav", "d.wav"]
+    assert "restore-write" in writer_threads()
+    results.close()
+    assert writer_threads() == []
+    left = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert "d.wav" in left and len(left) < 7 and not [n for n in left if n.startswith(".")]
+    for name in left:  # whatever is there is complete
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "all" / name).read_bytes(), name

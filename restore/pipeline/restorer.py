@@ -1,6 +1,6 @@
 """Restoring files: windows through an engine's sampler loop, codec work overlapped with sampling,
-short files packed into shared windows, and windows of several files batched into one loop when asked
-(`batch_rows`)."""
+short files packed into shared windows, windows of several files batched into one loop when asked
+(`batch_rows`), and the files' writing on a thread of its own beside the engine."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -131,8 +132,12 @@ class Restorer:
         there each file has its windows to itself). Windows of consecutive groups share a sampler loop
         up to `batch_rows` rows (a GPU restores a folder far faster so); each keeps its own seeds, so
         batching does not change the audio. A file that cannot be opened, or fails, is reported and the
-        others go on. Existing outputs are kept unless `overwrite`. Stopping early (an error, Ctrl-C,
-        closing the iterator) leaves no temporary file."""
+        others go on. Existing outputs are kept unless `overwrite`. Files are written on a thread of
+        their own while the engine goes on with the next batch (`_Writer`); results come in order, in
+        the caller's thread. Stopping early (an error, Ctrl-C, closing the iterator) leaves no temporary
+        file: the files whose audio was all restored are still written (and, on an error or Ctrl-C,
+        yielded before it is raised), but none after a failed file that was the last result taken; the
+        others are dropped."""
         options = RestoreOptions.of(options, **changes)
         at_least("batch_rows", batch_rows, 1)
         cfg, post = options.resolve(self.files.samplers, has_skip=self.skip is not None)
@@ -178,12 +183,16 @@ class Restorer:
                 job.abort()
 
     def _deliver(self, batches, cfg: SamplerConfig, post: PostConfig, progress, failed, open_jobs):
-        """Cut each restored window into its files' parts and route them; yield files as they finish or
-        fail."""
-        warned = len(self.engine.warnings)
-        for batch, outs in self._pipeline(batches, cfg, post, progress):
-            while failed:
-                yield failed.pop(0)
+        """Hand each restored batch to the writer thread, which cuts its windows into their files' parts
+        and routes them (`_Writer`), while this thread goes on with the next batch; yield files as they
+        finish or fail, in the order the writer finishes them. The engine's warnings since the last file
+        finished go with the next file to finish, as counted when its batch was handed over."""
+        unsaid: list[str] = []  # the writer's: engine warnings in no report yet
+
+        def finish(item):
+            warnings, errors, batch, outs = item
+            unsaid.extend(warnings)
+            yield from errors
             for w, out in zip(batch, outs):
                 for part in w.parts:
                     job = part.job
@@ -195,16 +204,34 @@ class Restorer:
                         continue
                     try:
                         if job.deliver(part.cut(out)):
-                            open_jobs.discard(job)
-                            yield job.input, job.output, job.finish(self.engine.warnings[warned:])
-                            warned = len(self.engine.warnings)
+                            report = job.finish(unsaid[:])
+                            open_jobs.discard(job)  # (after: an unexpected error in finish leaves it to abort)
+                            unsaid.clear()
+                            yield job.input, job.output, report
                     except RestoreError as e:
                         job.failed = e
                         job.abort()
                         open_jobs.discard(job)
                         yield job.input, job.output, e
-        while failed:
-            yield failed.pop(0)
+
+        writer = _Writer(finish)
+        warned = len(self.engine.warnings)
+        try:
+            try:
+                # files that failed to open go out ahead of the batch they were read with, the rest at the end
+                for batch, outs in chain(self._pipeline(batches, cfg, post, progress), [([], [])]):
+                    warnings = self.engine.warnings[warned:]
+                    warned += len(warnings)
+                    errors = [failed.pop(0) for _ in range(len(failed))]
+                    yield from writer.hand((warnings, errors, batch, outs))
+            except GeneratorExit:  # the caller stopped: it takes no more
+                raise
+            except BaseException:  # an error or Ctrl-C: the files restored before it are written and said first
+                yield from writer.drain()
+                raise
+            yield from writer.drain()
+        finally:
+            writer.stop()
 
     def _pipeline(self, batches: Iterator[list[Window]], cfg: SamplerConfig, post: PostConfig, progress
                   ) -> Iterator[tuple[list[Window], list[np.ndarray]]]:
@@ -324,3 +351,89 @@ def _prefetch(batches: Iterator[list[Window]], depth: int = 2) -> Iterator[list[
                 q.get(timeout=0.05)
             except Empty:
                 pass
+
+
+class _Writer:
+    """The files' finishing work on a thread of its own ("restore-write"): cutting restored windows into
+    their files, stitching, resampling to each file's rate, levelling and the atomic writes, so that the
+    engine is not idle meanwhile. `finish(item)` does one handed-over item's work and yields its results;
+    the writer runs the items in order and the caller's thread takes the results in that order (`hand`,
+    `drain`): the same results in the same order as finishing each item in the caller's thread where it
+    is handed over. At most `depth` items wait or run at a time (the caller waits, taking results).
+
+    The caller may stop at any result (a full disk stops a folder run), so the writer goes past a failed
+    file only once the caller has taken it and asked for more: stopping there leaves the files after it
+    unwritten. Otherwise stopping (`stop`: closing the iterator, an error, Ctrl-C) lets the writer finish
+    the files it was handed, whose audio is complete, and waits for the thread. An exception raised in
+    `finish` stops the writer and is raised in the caller's thread where its result would have come."""
+
+    def __init__(self, finish: Callable[[Any], Iterator[tuple]], depth: int = 2):
+        self.finish, self.depth = finish, depth
+        self.todo: Queue = Queue()
+        self.done: Queue = Queue()  # results, each item's followed by _ITEM_DONE, or an exception
+        self.handed = 0  # items handed over whose results the caller has not all taken
+        self.taken = 0  # results the caller took and went on from
+        self.stopping = False
+        self.turn = threading.Condition()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="restore-write")
+        self.thread.start()
+
+    def _run(self) -> None:
+        made = 0
+        try:
+            while (item := self.todo.get()) is not _STOP:
+                for result in self.finish(item):
+                    self.done.put(result)
+                    made += 1
+                    if isinstance(result[2], Exception):
+                        with self.turn:
+                            self.turn.wait_for(lambda: self.taken >= made or self.stopping)
+                            if self.taken < made:
+                                return
+                self.done.put(_ITEM_DONE)
+        except BaseException as e:  # raised in the caller's thread, in its place
+            self.done.put(e)
+
+    def hand(self, item) -> Iterator[tuple]:
+        """Hand over an item, once fewer than `depth` are unfinished; yield the results ready by then."""
+        while self.handed >= self.depth:
+            yield from self._take(wait=True)
+        self.todo.put(item)
+        self.handed += 1
+        yield from self._take(wait=False)
+
+    def drain(self) -> Iterator[tuple]:
+        """Yield the results of everything handed over."""
+        while self.handed:
+            yield from self._take(wait=True)
+
+    def _take(self, wait: bool) -> Iterator[tuple]:
+        """Yield results in order: those ready now, or (wait) up to the end of the oldest item."""
+        while self.handed:
+            try:
+                result = self.done.get(block=wait)
+            except Empty:
+                return
+            if result is _ITEM_DONE:
+                self.handed -= 1
+                if wait:
+                    return
+                continue
+            if isinstance(result, BaseException):
+                self.handed = 0  # the writer has stopped
+                raise result
+            yield result
+            with self.turn:  # the caller asks for more
+                self.taken += 1
+                self.turn.notify()
+
+    def stop(self) -> None:
+        """Finish what was handed over, up to a failure not taken, and wait for the thread."""
+        with self.turn:
+            self.stopping = True
+            self.turn.notify()
+        self.todo.put(_STOP)
+        self.thread.join()
+
+
+_ITEM_DONE, _STOP = object(), object()
