@@ -129,6 +129,8 @@ class PostConfig(BaseConfig):
                                # models with the skip only)
     keep_db: float | None = None  # keep the input in bins where the restoration took out less than this
                                   # many dB below itself; None: off
+    balance: bool = True       # give the restoration the input's spectral balance where the input can be
+                               # trusted (post.match_balance)
 
 
 @dataclass(frozen=True)

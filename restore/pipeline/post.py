@@ -22,7 +22,14 @@
    where the restoration removed or added much (noise, reverberation tails, a missing band), b -> 0 and
    the restoration stays. Higher keep_db keeps less of the input.
 
-3. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
+3. **The input's spectral balance** (`match_balance`, on unless a model's config sets `balance`
+   false). A one-step estimate's long-term spectrum is a little off the speech's: on a clean recording
+   it lifts 1.2-3 kHz by up to 2.5 dB. Where the restoration kept the input (what it took out lies
+   BALANCE_DB below it) the input is the speech, so per third of an octave, file by file, the
+   restoration is scaled to the input's energy over those bins (at most BALANCE_MAX_DB); bands with no
+   trusted bins (noise, a missing band) stay as restored.
+
+4. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
    at the level it was trained at and its output is scaled back by the same factor
    (restore/pipeline/job.py); that is the audio "as the model restores it" (`--level model`). A one-step
    estimate is quiet where it is unsure (reverberant speech comes out ~12 dB below the dry speech), so by
@@ -31,6 +38,8 @@
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import soundfile as sf
@@ -45,6 +54,9 @@ from ..sampling import combine
 PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
 _TINY = 1e-20
 SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` are averaged over
+BALANCE_DB = 10.0     # `match_balance` trusts the input where what was taken out lies this far below
+BALANCE_MAX_DB = 3.0  # the most it moves a band
+BALANCE_COVER = 0.2   # the share of a band's frames trusted for the full correction
 
 
 # ---------------------------------------------------------------- on latents
@@ -115,17 +127,89 @@ def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float, span
     return codec.latents((s + b * r) / g).to(est.dtype)
 
 
+@functools.lru_cache(maxsize=8)
+def _third_octave_weights(bins: int, rate: int) -> torch.Tensor:
+    """(F, F): row f averages the bins within the third of an octave around bin f (at least its two
+    neighbours), as hearing and band levels smooth a spectrum."""
+    freqs = torch.linspace(0, rate / 2, bins)
+    lo, hi = freqs * 2 ** (-1 / 6), freqs * 2 ** (1 / 6)
+    near = (freqs[None, :] >= lo[:, None] - freqs[1]) & (freqs[None, :] <= hi[:, None] + freqs[1])
+    return near.float() / near.sum(1, keepdim=True)
+
+
+def _span_ids(spans: Spans | None, like: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(B, T) on `like`'s device: each frame's span index in its row, `slots` (the most spans a row has)
+    for frames in no span; None: one span per row, the whole row."""
+    rows, frames = like.shape[:2]
+    spans = spans if spans is not None else [[(0, frames)]] * rows
+    slots = max(len(row) for row in spans)
+    ids = torch.full((rows, frames), slots, dtype=torch.long)
+    for r, row in enumerate(spans):
+        for k, (a, b) in enumerate(row):
+            ids[r, a:b] = k
+    return ids.to(like.device), slots
+
+
+def _span_sums(x: torch.Tensor, ids: torch.Tensor, slots: int) -> torch.Tensor:
+    """x (B, T, F) -> (B, slots + 1, F): its sum over each span's frames (the last: frames in none)."""
+    out = torch.zeros(x.shape[0], slots + 1, x.shape[-1], device=x.device, dtype=x.dtype)
+    return out.scatter_add_(1, ids[..., None].expand_as(x), x)
+
+
+def _span_local(p: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """`_local` (3 x 3 bins) with no frame of another span among a frame's neighbours: each file's frames
+    as they would be alone."""
+    same = (ids[:, 1:] == ids[:, :-1]).to(p.dtype)  # (B, T - 1): frame t and t + 1 in one span
+    before = F.pad(p[:, :-1] * same[..., None], (0, 0, 1, 0))
+    after = F.pad(p[:, 1:] * same[..., None], (0, 0, 0, 1))
+    t = (p + before + after) / (1 + F.pad(same, (1, 0)) + F.pad(same, (0, 1)))[..., None]
+    b, frames, bins = t.shape
+    return F.avg_pool1d(t.reshape(b * frames, 1, bins), SMOOTH, 1, SMOOTH // 2,
+                        count_include_pad=False).reshape(b, frames, bins)
+
+
+def match_balance(codec, obs: torch.Tensor, est: torch.Tensor, spans: Spans | None = None) -> torch.Tensor:
+    """obs, est: latents (B, T, D) of the input and the restoration -> the restoration with the input's
+    spectral balance where the input can be trusted. A one-step estimate is a conditional mean, and its
+    long-term spectrum is a little off the speech's (1-2.5 dB at 1.2-3 kHz on a clean recording). In the
+    bins where the restoration kept the input (what it took out lies BALANCE_DB below it, the restoration
+    levelled to the input), the input is the speech: per third of an octave, file by file (span by span),
+    the restoration is scaled to the input's energy over those bins, at most BALANCE_MAX_DB either way,
+    and only as far as they cover the band (BALANCE_COVER of its frames for the full correction). Where
+    nothing can be trusted (noise, a missing band) the restoration is left as it is. The overall level is
+    set later (LevelledOutput). All spans at once: no loop over files on the device."""
+    y, s = codec.spectrum(obs), codec.spectrum(est)
+    py, ps = _power(y), _power(s)
+    ids, slots = _span_ids(spans, py)
+    level = (_span_sums((y * s.conj()).real, ids, slots).sum(-1)
+             / _span_sums(ps, ids, slots).sum(-1).clamp_min(_TINY)).clamp(0.1, 10.0)  # (B, slots + 1)
+    g = level.gather(1, ids)[..., None]
+    ps, pr = ps * g.square(), _power(y - s * g)
+    trusted = (_span_local(ps, ids) > 10.0 ** (BALANCE_DB / 10.0) * _span_local(pr, ids)).to(ps.dtype)
+    weights = _third_octave_weights(py.shape[-1], codec.config.sample_rate).to(py.device).T
+    num, den = _span_sums(trusted * py, ids, slots) @ weights, _span_sums(trusted * ps, ids, slots) @ weights
+    frames = _span_sums(torch.ones_like(py[..., :1]), ids, slots).clamp_min(1.0)
+    cover = _span_sums(trusted, ids, slots) @ weights / frames
+    db = (10 * torch.log10(num.clamp_min(_TINY) / den.clamp_min(_TINY))).clamp(-BALANCE_MAX_DB, BALANCE_MAX_DB)
+    db = torch.where(den > 0, db * (cover / BALANCE_COVER).clamp(max=1.0), torch.zeros_like(db))
+    db[:, slots] = 0.0  # frames in no file stay as they are
+    gain = (10.0 ** (db / 20.0)).gather(1, ids[..., None].expand_as(py))
+    return codec.latents(s * gain).to(est.dtype)
+
+
 def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,
            spans: Spans | None = None) -> torch.Tensor:
-    """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, then keeping
-    the input. `lin` (linear_estimate) is needed when the strength is not 1. `spans`: the frames of each
-    file in each row, where files share a window (None: one file a row)."""
+    """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, keeping the
+    input, then the input's spectral balance. `lin` (linear_estimate) is needed when the strength is not
+    1. `spans`: the frames of each file in each row, where files share a window (None: one file a row)."""
     if post.strength != 1.0:
         if lin is None:
             raise ValueError("a strength other than 1 needs the linear estimate of a model with the observation skip")
         x = blend_strength(codec, x, lin, post.strength, spans)
     if post.keep_db is not None:
         x = keep_input(codec, obs, x, post.keep_db, spans)
+    if post.balance:
+        x = match_balance(codec, obs, x, spans)
     return x
 
 
