@@ -321,6 +321,24 @@ def test_the_output_is_levelled_to_the_rms_asked_for(tmp_path):
     assert w.writer.clipped == 0 and leftovers(tmp_path) == []
 
 
+def test_a_levelled_output_beyond_the_memory_bound_goes_through_a_float_file(tmp_path, monkeypatch):
+    """Short outputs are held in memory (no temporary file but the output's own); a longer one moves to
+    a float file beside the output once it passes MEMORY_BYTES, and comes out the same."""
+    x = np.concatenate([tone(1.0, 16000) * 0.01, tone(1.0, 16000) * 0.03])
+    outs = {}
+    for name, bound in (("memory", post.MEMORY_BYTES), ("spooled", 40000)):
+        monkeypatch.setattr(post, "MEMORY_BYTES", bound)
+        out = tmp_path / f"{name}.wav"
+        with post.LevelledOutput(audio.AtomicWriter(out, 16000, 1), 0.1) as w:
+            for i in range(0, len(x), 5000):
+                w.write(x[i : i + 5000])
+            spools = [n for n in leftovers(tmp_path) if n.endswith(".float.part")]
+            assert (spools != []) == (name == "spooled") and w.memory_bytes <= bound
+        outs[name], _ = sf.read(out, dtype="float32")
+    np.testing.assert_array_equal(outs["memory"], outs["spooled"])
+    assert leftovers(tmp_path) == []
+
+
 def test_levelled_peaks_stay_below_full_scale(tmp_path):
     out = tmp_path / "out.wav"
     x = tone(1.0, 16000) * 0.01

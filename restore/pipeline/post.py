@@ -52,6 +52,7 @@ from ..errors import InputError
 from ..sampling import combine
 
 PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
+MEMORY_BYTES = 16 << 20  # a levelled output is held in memory up to this size (~45 s of 48 kHz stereo)
 _TINY = 1e-20
 SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` are averaged over
 BALANCE_DB = 10.0     # `match_balance` trusts the input where what was taken out lies this far below
@@ -216,37 +217,53 @@ def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: tor
 # ---------------------------------------------------------------- on the output file
 class LevelledOutput:
     """Where a file's restored audio goes. Without a target level it streams straight into `writer`;
-    with one (an RMS over the non-silent audio, as `audio.scan` measures the input) it first goes to a
-    float file beside the output, and `commit()` writes that out scaled to the target, or lower where the
-    peaks would pass PEAK_CEILING (`limited`); `gain_db` says by how much."""
+    with one (an RMS over the non-silent audio, as `audio.scan` measures the input) it is held until
+    `commit()` writes it out scaled to the target, or lower where the peaks would pass PEAK_CEILING
+    (`limited`); `gain_db` says by how much. Up to MEMORY_BYTES it is held in memory (a short file costs
+    no temporary file), beyond that in a float file beside the output, so memory stays flat in the
+    length of the file."""
 
     def __init__(self, writer: AtomicWriter, target_rms: float | None = None):
         self.writer, self.target = writer, target_rms
         self.gain_db: float | None = None
         self.limited = False
         self.spool = self.spool_path = None
+        self.memory: list[np.ndarray] = []
+        self.memory_bytes = 0
         if target_rms is None:
             return
         self.power, self.count, self.peak = 0.0, 0, 0.0
         self.rest = np.zeros((0, writer.channels), np.float32)  # samples not yet in a whole 100 ms piece
-        try:
-            self.spool_path = temp_file(writer.path, ".float.part")
-            self.spool = sf.SoundFile(str(self.spool_path), "w", samplerate=writer.rate, channels=writer.channels,
-                                      format="RF64", subtype="FLOAT")
-        except Exception as e:
-            self.abort()
-            reason = InputError(f"{writer.path}: cannot write the output ({e})")
-            raise disk_full(writer.path, 0, e) or reason from None
 
     def write(self, block: np.ndarray) -> None:
         """block (frames, channels) float32 at the level the model restored it."""
-        if self.spool is None:
+        if self.target is None:
             self.writer.write(block)
             return
         self._measure(block)
         if len(block):
             self.peak = max(self.peak, float(np.abs(block).max()))
+        if self.spool is None and self.memory_bytes + block.nbytes <= MEMORY_BYTES:
+            self.memory.append(np.array(block, np.float32))
+            self.memory_bytes += block.nbytes
+            return
+        if self.spool is None:
+            self._open_spool()
         self.spool.write(block)
+
+    def _open_spool(self) -> None:
+        """Move what is held in memory to a float file beside the output, which takes the rest."""
+        try:
+            self.spool_path = temp_file(self.writer.path, ".float.part")
+            self.spool = sf.SoundFile(str(self.spool_path), "w", samplerate=self.writer.rate,
+                                      channels=self.writer.channels, format="RF64", subtype="FLOAT")
+            for held in self.memory:
+                self.spool.write(held)
+        except Exception as e:
+            self._drop_spool()
+            reason = InputError(f"{self.writer.path}: cannot write the output ({e})")
+            raise disk_full(self.writer.path, 0, e) or reason from None
+        self.memory, self.memory_bytes = [], 0
 
     def _measure(self, block: np.ndarray) -> None:
         """Active power in 100 ms pieces of the whole stream, whatever the sizes of the blocks written:
@@ -272,15 +289,18 @@ class LevelledOutput:
     def commit(self) -> None:
         """Write out (levelled, when there is a target) and put the output file in place."""
         try:
-            if self.spool is not None:
-                self.spool.close()
+            if self.target is not None:
                 gain = np.float32(self._gain())
-                with sf.SoundFile(str(self.spool_path)) as f:
-                    while True:
-                        block = f.read(1 << 16, dtype="float32", always_2d=True)
-                        if not len(block):
-                            break
-                        self.writer.write(block * gain)
+                for held in self.memory:
+                    self.writer.write(held * gain)
+                if self.spool is not None:
+                    self.spool.close()
+                    with sf.SoundFile(str(self.spool_path)) as f:
+                        while True:
+                            block = f.read(1 << 16, dtype="float32", always_2d=True)
+                            if not len(block):
+                                break
+                            self.writer.write(block * gain)
                 self._drop_spool()
             self.writer.commit()
         except BaseException:
@@ -293,6 +313,7 @@ class LevelledOutput:
         return spool + self.writer.size()
 
     def _drop_spool(self) -> None:
+        self.memory, self.memory_bytes = [], 0
         if self.spool is not None and not self.spool.closed:
             self.spool.close()
         if self.spool_path is not None:
