@@ -74,70 +74,6 @@ def linear_estimate(skip, noise: torch.Tensor, sampler: SamplerConfig) -> torch.
 Spans = list[list[tuple[int, int]]]  # per row of latents, the frame runs (start, stop) of each file in it
 
 
-def _per_span(spans: Spans | None, like: torch.Tensor, value, width: int = 1) -> torch.Tensor:
-    """(B, T, width) on `like`'s device (B, T, ...): `value(row, start, stop)`, `width` values, over each
-    span of each row, 1 outside them; None: one span per row, the whole row. Files packed into one
-    window (restore/pipeline/windows.py) each get their own values, from their own frames, as each
-    would alone."""
-    rows, frames = like.shape[:2]
-    spans = spans if spans is not None else [[(0, frames)]] * rows
-    out = torch.ones(rows, frames, width, device=like.device)
-    for r, row in enumerate(spans):
-        for a, b in row:
-            out[r, a:b] = value(r, a, b).reshape(1, width).float()
-    return out
-
-
-def blend_strength(codec, x: torch.Tensor, lin: torch.Tensor, strength: float, spans: Spans | None = None
-                   ) -> torch.Tensor:
-    """The full-strength result x and the linear estimate lin (B, T, D) -> lin + strength (x - lin), with
-    the spectral balance of x: each frequency bin scaled to x's energy in it over the file's frames
-    (span by span). The linear estimate's shrinkage is not flat across frequency, so a single gain
-    would tilt the blend (1-3.5 dB up at 1.2-5 kHz on a clean recording); per bin, strength trades what
-    the network changed within each band, not the balance between bands."""
-    y, ref = codec.spectrum(lin + strength * (x - lin)), codec.spectrum(x)
-    py, pr = _power(y), _power(ref)
-    gain = _per_span(spans, y, lambda r, a, b: (
-        pr[r, a:b].sum(0) / py[r, a:b].sum(0).clamp_min(_TINY)).sqrt().clamp(0.1, 10.0), width=y.shape[-1])
-    return codec.latents(y * gain).to(x.dtype)
-
-
-def _power(z: torch.Tensor) -> torch.Tensor:
-    """|z|^2 without the square root."""
-    return z.real.square() + z.imag.square()
-
-
-def _local(p: torch.Tensor) -> torch.Tensor:
-    """p (B, T, F) averaged over SMOOTH x SMOOTH neighbouring bins."""
-    return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
-
-
-def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float, spans: Spans | None = None
-               ) -> torch.Tensor:
-    """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend. The
-    restoration's level is matched to the input's span by span."""
-    y, s = codec.spectrum(obs), codec.spectrum(est)
-    s2, dims = _power(s), tuple(range(1, y.ndim))
-    cross = (y * s.conj()).real
-    g = _per_span(spans, s2, lambda r, a, b: (
-        cross[r : r + 1, a:b].sum(dims) / s2[r : r + 1, a:b].sum(dims).clamp_min(_TINY)).clamp(0.1, 10.0))
-    s = s * g
-    r = y - s
-    num = _local(s2 * g.square())
-    b = num / (num + 10.0 ** (keep_db / 10.0) * _local(_power(r))).clamp_min(_TINY)
-    return codec.latents((s + b * r) / g).to(est.dtype)
-
-
-@functools.lru_cache(maxsize=8)
-def _third_octave_weights(bins: int, rate: int) -> torch.Tensor:
-    """(F, F): row f averages the bins within the third of an octave around bin f (at least its two
-    neighbours), as hearing and band levels smooth a spectrum."""
-    freqs = torch.linspace(0, rate / 2, bins)
-    lo, hi = freqs * 2 ** (-1 / 6), freqs * 2 ** (1 / 6)
-    near = (freqs[None, :] >= lo[:, None] - freqs[1]) & (freqs[None, :] <= hi[:, None] + freqs[1])
-    return near.float() / near.sum(1, keepdim=True)
-
-
 def _span_ids(spans: Spans | None, like: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(B, T) on `like`'s device: each frame's span index in its row, `slots` (the most spans a row has)
     for frames in no span; None: one span per row, the whole row."""
@@ -155,6 +91,69 @@ def _span_sums(x: torch.Tensor, ids: torch.Tensor, slots: int) -> torch.Tensor:
     """x (B, T, F) -> (B, slots + 1, F): its sum over each span's frames (the last: frames in none)."""
     out = torch.zeros(x.shape[0], slots + 1, x.shape[-1], device=x.device, dtype=x.dtype)
     return out.scatter_add_(1, ids[..., None].expand_as(x), x)
+
+
+def _per_frame(values: torch.Tensor, ids: torch.Tensor, slots: int) -> torch.Tensor:
+    """values (B, slots + 1, F), one row per span -> (B, T, F), each frame its span's; 1 in no span."""
+    values = values.clone()
+    values[:, slots] = 1.0
+    return values.gather(1, ids[..., None].expand(*ids.shape, values.shape[-1]))
+
+
+def _level(y: torch.Tensor, s: torch.Tensor, ps: torch.Tensor, ids: torch.Tensor, slots: int) -> torch.Tensor:
+    """(B, T, 1): the least-squares gain that levels the restoration s to the input y, span by span
+    (clamped to 0.1-10); 1 in no span. ps: |s|^2."""
+    cross, power = _span_sums((y * s.conj()).real, ids, slots), _span_sums(ps, ids, slots)
+    gain = (cross.sum(-1, keepdim=True) / power.sum(-1, keepdim=True).clamp_min(_TINY)).clamp(0.1, 10.0)
+    return _per_frame(gain, ids, slots)
+
+
+def blend_strength(codec, x: torch.Tensor, lin: torch.Tensor, strength: float, spans: Spans | None = None
+                   ) -> torch.Tensor:
+    """The full-strength result x and the linear estimate lin (B, T, D) -> lin + strength (x - lin), with
+    the spectral balance of x: each frequency bin scaled to x's energy in it over the file's frames
+    (span by span). The linear estimate's shrinkage is not flat across frequency, so a single gain
+    would tilt the blend (1-3.5 dB up at 1.2-5 kHz on a clean recording); per bin, strength trades what
+    the network changed within each band, not the balance between bands."""
+    y, ref = codec.spectrum(lin + strength * (x - lin)), codec.spectrum(x)
+    py = _power(y)
+    ids, slots = _span_ids(spans, py)
+    gain = (_span_sums(_power(ref), ids, slots) / _span_sums(py, ids, slots).clamp_min(_TINY)).sqrt().clamp(0.1, 10.0)
+    return codec.latents(y * _per_frame(gain, ids, slots)).to(x.dtype)
+
+
+def _power(z: torch.Tensor) -> torch.Tensor:
+    """|z|^2 without the square root."""
+    return z.real.square() + z.imag.square()
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """p (B, T, F) averaged over SMOOTH x SMOOTH neighbouring bins."""
+    return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
+
+
+def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float, spans: Spans | None = None
+               ) -> torch.Tensor:
+    """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend. The
+    restoration's level is matched to the input's span by span."""
+    y, s = codec.spectrum(obs), codec.spectrum(est)
+    s2 = _power(s)
+    g = _level(y, s, s2, *_span_ids(spans, s2))
+    s = s * g
+    r = y - s
+    num = _local(s2 * g.square())
+    b = num / (num + 10.0 ** (keep_db / 10.0) * _local(_power(r))).clamp_min(_TINY)
+    return codec.latents((s + b * r) / g).to(est.dtype)
+
+
+@functools.lru_cache(maxsize=8)
+def _third_octave_weights(bins: int, rate: int) -> torch.Tensor:
+    """(F, F): row f averages the bins within the third of an octave around bin f (at least its two
+    neighbours), as hearing and band levels smooth a spectrum."""
+    freqs = torch.linspace(0, rate / 2, bins)
+    lo, hi = freqs * 2 ** (-1 / 6), freqs * 2 ** (1 / 6)
+    near = (freqs[None, :] >= lo[:, None] - freqs[1]) & (freqs[None, :] <= hi[:, None] + freqs[1])
+    return near.float() / near.sum(1, keepdim=True)
 
 
 def _span_local(p: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -182,9 +181,7 @@ def match_balance(codec, obs: torch.Tensor, est: torch.Tensor, spans: Spans | No
     y, s = codec.spectrum(obs), codec.spectrum(est)
     py, ps = _power(y), _power(s)
     ids, slots = _span_ids(spans, py)
-    level = (_span_sums((y * s.conj()).real, ids, slots).sum(-1)
-             / _span_sums(ps, ids, slots).sum(-1).clamp_min(_TINY)).clamp(0.1, 10.0)  # (B, slots + 1)
-    g = level.gather(1, ids)[..., None]
+    g = _level(y, s, ps, ids, slots)
     ps, pr = ps * g.square(), _power(y - s * g)
     trusted = (_span_local(ps, ids) > 10.0 ** (BALANCE_DB / 10.0) * _span_local(pr, ids)).to(ps.dtype)
     weights = _third_octave_weights(py.shape[-1], codec.config.sample_rate).to(py.device).T
@@ -193,9 +190,7 @@ def match_balance(codec, obs: torch.Tensor, est: torch.Tensor, spans: Spans | No
     cover = _span_sums(trusted, ids, slots) @ weights / frames
     db = (10 * torch.log10(num.clamp_min(_TINY) / den.clamp_min(_TINY))).clamp(-BALANCE_MAX_DB, BALANCE_MAX_DB)
     db = torch.where(den > 0, db * (cover / BALANCE_COVER).clamp(max=1.0), torch.zeros_like(db))
-    db[:, slots] = 0.0  # frames in no file stay as they are
-    gain = (10.0 ** (db / 20.0)).gather(1, ids[..., None].expand_as(py))
-    return codec.latents(s * gain).to(est.dtype)
+    return codec.latents(s * _per_frame(10.0 ** (db / 20.0), ids, slots)).to(est.dtype)
 
 
 def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,
