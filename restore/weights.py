@@ -56,18 +56,16 @@ class ModelFiles:
     samplers: dict[str, dict[str, Any]] = field(default_factory=dict)  # this model's overrides of the presets
 
 
-def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict[str, torch.Tensor],
-         info: dict[str, Any] | None = None, dtype: torch.dtype = torch.float16,
-         samplers: dict[str, dict[str, Any]] | None = None) -> list[Path]:
-    folder = Path(folder)
+def save_shards(folder: Path, prefix: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> list[Path]:
+    """`tensors` in name order as `{prefix}-0001-of-000N.safetensors` files of at most SHARD_BYTES each (a
+    tensor larger than that gets a file of its own); the folder's old files of that prefix are removed."""
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("model-*.safetensors"):
+    for old in folder.glob(f"{prefix}-*.safetensors"):
         old.unlink()
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
-    for name in sorted(state):
-        t = state[name].detach().to("cpu", dtype if state[name].is_floating_point() else state[name].dtype)
-        t = t.contiguous()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
         nbytes = t.numel() * t.element_size()
         if shards[-1] and size + nbytes > SHARD_BYTES:
             shards.append({})
@@ -76,9 +74,18 @@ def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict
         size += nbytes
     paths = []
     for i, shard in enumerate(shards):
-        p = folder / f"model-{i + 1:04d}-of-{len(shards):04d}.safetensors"
-        save_file(shard, str(p), metadata={"format_version": str(FORMAT_VERSION)})
+        p = folder / f"{prefix}-{i + 1:04d}-of-{len(shards):04d}.safetensors"
+        save_file(shard, str(p), metadata=metadata)
         paths.append(p)
+    return paths
+
+
+def save(folder: str | Path, model: ModelConfig, codec: CodecConfig, state: dict[str, torch.Tensor],
+         info: dict[str, Any] | None = None, dtype: torch.dtype = torch.float16,
+         samplers: dict[str, dict[str, Any]] | None = None) -> list[Path]:
+    folder = Path(folder)
+    state = {name: t.detach().to("cpu", dtype if t.is_floating_point() else t.dtype) for name, t in state.items()}
+    paths = save_shards(folder, "model", state, {"format_version": str(FORMAT_VERSION)})
     config = {"format_version": FORMAT_VERSION, "model": model.to_dict(), "codec": codec.to_dict(),
               "info": info or {}}
     if samplers:
