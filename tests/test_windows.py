@@ -142,6 +142,20 @@ def test_pack_lays_short_files_end_to_end_a_gap_apart_on_the_frame_grid():
         assert all(b - a_end >= P.gap for (_, b), a_end in zip(group[1:], ends))
 
 
+def test_pack_fills_earlier_windows_with_later_files_and_closes_the_oldest():
+    from restore.pipeline.windows import OPEN_WINDOWS
+
+    # a (700) leaves room; b (600) does not fit beside it and opens a window; c (200) fills a's
+    items = [(name, n, (1, False), 0) for name, n in [("a", 700), ("b", 600), ("c", 200)]]
+    assert list(pack(items, P)) == [[("a", 0), ("c", 736)], [("b", 0)]]
+    # windows left open are closed oldest first, as soon as more than OPEN_WINDOWS are open
+    big = [(f"f{k}", 900, (1, False), 0) for k in range(OPEN_WINDOWS + 2)]
+    taken = []
+    groups = pack((taken.append(i) or i for i in big), P)
+    assert next(groups) == [("f0", 0)] and len(taken) == OPEN_WINDOWS + 1  # as the fifth opens, not at the end
+    assert [g for g in groups] == [[(f"f{k}", 0)] for k in range(1, OPEN_WINDOWS + 2)]
+
+
 def test_long_and_unknown_files_are_groups_of_their_own_and_keys_do_not_mix():
     items = [("a", 100, (1, False), 0), ("long", 1001, (1, False), 0), ("bad", None, None, 0),
              ("stereo", 100, (2, False), 0), ("b", 100, (1, False), 0), ("said", 100, (1, True), 5),

@@ -100,32 +100,42 @@ def extents(groups: np.ndarray) -> list[tuple[int, int]]:
     return [(int(f[0]), int(f[-1]) + 1) for f in found if len(f)]
 
 
+OPEN_WINDOWS = 4  # windows of one key kept open for later files to fill (first fit)
+
+
 def pack(items: Iterable[tuple[Any, int | None, Hashable, int]], geometry: Geometry, max_tokens: int = 0
          ) -> Iterator[list[tuple[Any, int]]]:
     """Group files into windows: items (file, samples at the model rate or None, key, transcript
     characters) in order -> groups [(file, offset)]. A file longer than a window, or of unknown length
     (None: it will fail when opened), is a group by itself at 0 with windows of its own. Shorter files
-    share windows with the files after them that have the same key (restored rows, whether there is a
-    transcript): each starts `gap` samples after the one before, rounded up to `align`, as long as it
-    fits and the transcripts joined stay within `max_tokens` (0: no limit); else the window is closed.
-    Deterministic: the same items give the same groups, wherever they are planned."""
-    open_: dict[Hashable, list] = {}  # key -> [slots, end, characters]
+    share windows with other files of the same key (restored rows, whether there is a transcript): each
+    goes into the first of the key's last OPEN_WINDOWS windows where it fits, `gap` samples after the file
+    before it, rounded up to `align`, with the transcripts joined within `max_tokens` (0: no limit); else
+    it opens a window, and the oldest of more than OPEN_WINDOWS is closed. Filling earlier windows with
+    later files leaves less of each window empty than closing it at the first file that does not fit (a
+    folder of 2-10 s clips: 24 windows where 26, 23 the least possible). Deterministic: the same items
+    give the same groups, wherever they are planned."""
+    open_: dict[Hashable, list[list]] = {}  # key -> open windows, oldest first: [slots, end, characters]
     for item, samples, key, chars in items:
         if samples is None or samples > geometry.length:
             yield [(item, 0)]
             continue
-        if key in open_:
-            slots, end, text = open_[key]
+        windows = open_.setdefault(key, [])
+        for w in windows:
+            slots, end, text = w
             offset = -(-(end + geometry.gap) // geometry.align) * geometry.align
-            text += chars + (1 if chars and text else 0)  # joined with a space
-            if offset + samples <= geometry.length and (not max_tokens or 1 + text <= max_tokens):
+            joined = text + chars + (1 if chars and text else 0)  # joined with a space
+            if offset + samples <= geometry.length and (not max_tokens or 1 + joined <= max_tokens):
                 slots.append((item, offset))
-                open_[key] = [slots, offset + samples, text]
-                continue
-            yield open_.pop(key)[0]
-        open_[key] = [[(item, 0)], samples, chars]
-    for slots, _, _ in open_.values():
-        yield slots
+                w[1:] = [offset + samples, joined]
+                break
+        else:
+            windows.append([[(item, 0)], samples, chars])
+            if len(windows) > OPEN_WINDOWS:
+                yield windows.pop(0)[0]
+    for windows in open_.values():
+        for slots, _, _ in windows:
+            yield slots
 
 
 def windows(stream: Iterable[np.ndarray], geometry: Geometry, channels: int) -> Iterator[tuple[np.ndarray, int]]:
