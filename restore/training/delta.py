@@ -5,7 +5,8 @@ That machine returns at most 64 MiB a call and is given back 30 s after a call e
 is 107 MB in float16, so fetching it took two calls, and a run was lost when the second came too late.
 A run continued from a model moves each weight by a small fraction of its size; that move, quantised to
 int8 per row (each row's scale its largest move / 127), is half the bytes of the model and comes back
-to within a fraction of float16's own rounding of the weights (`unpack` reports how close).
+within half a step of each row's scale (`unpack` reports the bound): for the shipped model's 20-minute
+continuation, an error of 1% of the move (RMS), and restorations 62-64 dB apart from the run's own.
 
 A packed folder holds `delta.json` (the trained model's config.json and a checksum of the start's
 weights, so that it is never unpacked onto another start) and `delta-*.safetensors`: for each
