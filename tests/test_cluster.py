@@ -286,3 +286,31 @@ def test_auto_and_ray_client_join_a_running_cluster(live_model, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
+
+
+class _FlakyRay:
+    """ray.init that fails with the given messages, in order, then joins."""
+
+    def __init__(self, *errors):
+        self.errors, self.calls = list(errors), 0
+
+    def init(self, address, **kwargs):
+        self.calls += 1
+        if self.errors:
+            raise ConnectionError(self.errors.pop(0))
+
+
+def test_joining_asks_again_when_the_client_server_failed_to_start(monkeypatch):
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    fail = "ray client server failed to start: Starting Ray client server failed. See ray_client_server_23000.err"
+    ray = _FlakyRay(fail, fail)
+    cluster._join(ray, "ray://127.0.0.1:10001", {})
+    assert ray.calls == 3
+    ray = _FlakyRay(*[fail] * cluster.CLIENT_START_TRIES)
+    with pytest.raises(ConnectionError):
+        cluster._join(ray, "ray://127.0.0.1:10001", {})
+    assert ray.calls == cluster.CLIENT_START_TRIES
+    ray = _FlakyRay("Could not find any running Ray instance")  # no cluster there: final at once
+    with pytest.raises(ConnectionError):
+        cluster._join(ray, "auto", {})
+    assert ray.calls == 1

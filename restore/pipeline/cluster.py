@@ -90,6 +90,23 @@ def _ray():
     return ray
 
 
+CLIENT_START_TRIES = 3  # Ray Client starts a server per connecting process; on a loaded head that start can fail
+
+
+def _join(ray, address: str, kwargs: dict) -> None:
+    """ray.init on a running cluster. A ray:// head that is up but failed to start this process's Ray
+    Client server (it says "Starting Ray client server failed") is asked again, a moment later, a few
+    times: the cluster is there, and the next start usually succeeds. Other failures are final at once."""
+    for attempt in range(1, CLIENT_START_TRIES + 1):
+        try:
+            ray.init(address=address, **kwargs)
+            return
+        except ConnectionError as e:
+            if attempt == CLIENT_START_TRIES or "client server failed" not in str(e).lower():
+                raise
+            time.sleep(2.0 * attempt)
+
+
 @dataclass
 class ClusterReport(FileReport):
     """A file's report from a cluster run: `node` is the host whose actor restored its windows;
@@ -305,7 +322,7 @@ class ClusterRestorer:
                 ray.init(address="local", include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path}},
                          **kwargs)
             else:
-                ray.init(address=self.address, **kwargs)
+                _join(ray, self.address, kwargs)
         except ConnectionError as e:
             where = "RAY_ADDRESS" if self.address == "auto" else self.address
             raise UsageError(f"{option('cluster', self.address)}: no Ray cluster to join at {where} ({e})") from None
