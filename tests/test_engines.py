@@ -147,16 +147,70 @@ def test_compiling_is_shown_once_per_batch_shape(model_dir, monkeypatch):
 
 
 def run_window(eng, codec, seed=0, steps=4, guided_until=0.5):
+    """One window through `eng` as the Restorer drives it: -> (latents of the input, sampled latents, audio)."""
     wave = window(seed)
-    obs = eng.result(eng.encode_async(wave, urgent=True))
-    eng.begin_window(wave, obs, ["a few words"])
     cfg = SamplerConfig(steps=steps, guided_until=guided_until, churn=0.3)
+    obs = eng.result(eng.encode_async(wave, urgent=True))
+    eng.begin_window(wave, obs, ["a few words"], guided=any(cfg.schedule().guided))
     g = torch.Generator().manual_seed(seed)
     x = None
     for _, x in generate_latents(eng, torch.randn(obs.shape, generator=g), cfg, g):
         pass
     eng.idle()
     return obs, x, eng.result(eng.decode_async(x))
+
+
+def test_an_unguided_window_builds_only_the_sot_rows(model_dir):
+    """No guided step: the sot rows' conditions alone, which give exactly the velocities the sot rows of
+    a window begun for guidance give (with and without recordings sharing the window); a guided step on
+    such a window is refused rather than run on missing rows."""
+    ref, eng = engine("cpu", model_dir), engine("cpu", model_dir)
+    try:
+        wave = window(3)
+        obs = ref.result(ref.encode_async(wave))
+        x = torch.randn(1, T, 514)
+        for groups in (None, torch.tensor([[1] * 12 + [0] * 6 + [2] * 15 + [0] * 7])):
+            ref.begin_window(wave, obs, ["hello"], groups)
+            eng.begin_window(wave, obs, ["hello"], groups, guided=False)
+            assert eng.branches.ctx is None and eng.branches.ctx_sot.cond_h.shape[0] == 1
+            (a,) = ref.velocities(x, 0.6, False)
+            (b,) = eng.velocities(x, 0.6, False)
+            assert torch.equal(a, b)
+        with pytest.raises(RuntimeError, match="guided step in a window begun unguided"):
+            eng.velocities(x, 0.6, True)
+    finally:
+        ref.close()
+        eng.close()
+
+
+@pytest.mark.slow
+def test_an_unguided_sampler_starts_no_worker_and_sweeps_nothing(model_dir, tmp_path):
+    """The split plan on a sampler without guided steps (the shipped model's one step): everything runs in
+    this process, no worker starts and the MLP share is not measured, and the audio is the cpu plan's.
+    The first guided window then starts the worker and sweeps the share."""
+    from restore.pipeline.restorer import Restorer
+    ref = engine("cpu", model_dir)
+    eng = engine("split", model_dir, share=None)
+    try:
+        *_, audio_ref = run_window(ref, None, seed=4, steps=2, guided_until=0.0)
+        *_, audio = run_window(eng, None, seed=4, steps=2, guided_until=0.0)
+        assert eng.worker is None and eng.local.branches.share is None and eng.local.branches.swept == {}
+        assert torch.equal(audio, audio_ref)
+        run_window(eng, None, seed=4, steps=2, guided_until=0.5)
+        assert eng.worker is not None and eng.worker.alive and eng.local.branches.share is not None
+    finally:
+        ref.close()
+        eng.close()
+    import soundfile as sf
+    sf.write(tmp_path / "in.wav", window(5)[0].numpy() * 4, 16000)
+    outs = {}
+    for plan in ("cpu", "split"):
+        with Restorer(model_dir, plan=plan, device="cpu") as r:
+            r.restore_file(tmp_path / "in.wav", tmp_path / f"{plan}.wav", steps=1)
+            if plan == "split":
+                assert r.engine.worker is None and r.engine.local.branches.swept == {}
+        outs[plan] = sf.read(tmp_path / f"{plan}.wav")[0]
+    np.testing.assert_array_equal(outs["split"], outs["cpu"])
 
 
 @pytest.mark.parametrize("plan_name", ["cpu", "split"])
@@ -174,10 +228,10 @@ def test_split_plan_matches_cpu_plan(model_dir):
     try:
         wave = window(1)
         obs_ref = ref_eng.result(ref_eng.encode_async(wave))
-        obs = split_eng.result(split_eng.encode_async(wave, urgent=True))
-        assert rel(obs, obs_ref) < 1e-6  # the worker's codec
         for eng in (ref_eng, split_eng):
             eng.begin_window(wave, obs_ref, ["hello"])
+        obs = split_eng.result(split_eng.encode_async(wave, urgent=True))
+        assert split_eng.worker is not None and rel(obs, obs_ref) < 1e-6  # the worker's codec
         x = torch.randn(1, T, 514)
         for a, b in zip(ref_eng.velocities(x, 0.7, True), split_eng.velocities(x, 0.7, True)):
             assert rel(b, a) < 1e-5  # u, so (worker chunks, guards, partitions), sot (split MLP)
@@ -230,7 +284,9 @@ def test_codec_runs_only_in_declared_idle_time(model_dir):
     eng = engine("split", model_dir)
     try:
         wave = window(3)
-        eng.result(eng.encode_async(wave, urgent=True))  # worker up; urgent work ran at once
+        obs = eng.result(eng.encode_async(wave, urgent=True))  # before any guided window: in this process
+        assert eng.worker is None
+        eng.begin_window(wave, obs, [None])  # a guided window starts the worker
         handle = eng.encode_async(wave)
         time.sleep(1.0)
         eng.worker.poll()

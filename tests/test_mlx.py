@@ -101,6 +101,17 @@ def test_sweep_picks_a_share_and_drops_unsplit_weights(model_dir, window):
     assert rel(eng.velocities(x, 0.7, True)[2], guided[2]) < 1e-5
 
 
+def test_an_unguided_window_builds_only_the_sot_rows_and_sweeps_nothing(model_dir, window):
+    model, codec, wave, obs, x, _, unguided = window
+    eng = mlx_branches(model_dir, model, codec, share=None)
+    eng.begin_window(wave, obs, ["a few words"], guided=False)
+    assert eng.share is None and eng.swept == {} and eng.state.cond_h.shape[0] == 1  # the sot row alone
+    assert all(isinstance(b.mlp, SwiGLU) for b in eng.mlx.blocks)
+    assert rel(eng.velocities(x, 0.3, False)[0], unguided[0]) < 1e-5
+    with pytest.raises(RuntimeError, match="guided step in a window begun unguided"):
+        eng.velocities(x, 0.7, True)
+
+
 def test_split_copies_own_their_memory(model_dir, window):
     """Dropping the unsplit MLPs frees their bytes: the split copies are not views that keep them alive."""
     from mlx.utils import tree_flatten

@@ -40,10 +40,13 @@ class Engine(Protocol):
         """Declare that no branch work is due now (unguided steps, between windows)."""
 
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
-                     groups: torch.Tensor | None = None) -> None:
+                     groups: torch.Tensor | None = None, guided: bool = True) -> None:
         """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row;
         groups (B, T): where recordings share a window, which one each frame holds (0: silence), so
-        that each attends only to itself and the silence (model.layers.group_mask); None: all one."""
+        that each attends only to itself and the silence (model.layers.group_mask); None: all one.
+        guided: whether any step of the window runs the three branches. If not, only the sot rows'
+        conditions are built, and nothing is started or measured for the u and so branches (no worker
+        process, no sweep of the MLP share): the window's velocities are all unguided."""
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones; fp32."""
@@ -60,7 +63,7 @@ class Branches(Protocol):
     masks: bool          # whether begin_window takes frame groups (Engine.begin_window)
 
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
-                     groups: torch.Tensor | None = None) -> None: ...
+                     groups: torch.Tensor | None = None, guided: bool = True) -> None: ...
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]: ...
 
@@ -104,8 +107,8 @@ class LocalEngine:
         pass  # one engine: nothing waits for idle time
 
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
-                     groups: torch.Tensor | None = None) -> None:
-        self.branches.begin_window(degraded, obs, texts, groups)
+                     groups: torch.Tensor | None = None, guided: bool = True) -> None:
+        self.branches.begin_window(degraded, obs, texts, groups, guided)
 
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         return self.branches.velocities(x, t, guided)

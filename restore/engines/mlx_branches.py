@@ -77,9 +77,14 @@ class SplitSwiGLU(nn.Module):
 
 @dataclass
 class WindowState:
-    cond_h: mx.array   # (3B, T, C) rows u, so, sot
+    cond_h: mx.array   # (3B, T, C) rows u, so, sot; a window begun unguided: (B, T, C), the sot rows alone
     text: list         # per layer: (k, v, mask) of the sot rows' transcripts
     rows: int
+    guided: bool = True
+
+    @property
+    def sot(self) -> mx.array:
+        return self.cond_h[2 * self.rows:] if self.guided else self.cond_h
 
 
 class MLXBranches:
@@ -154,18 +159,24 @@ class MLXBranches:
         originals = [blk.mlp for blk in self.mlx.blocks]
         b = self.rows
         x = mx.random.normal(self.state.cond_h[:b].shape[:2] + (self.mlx.codec.latent_dim,), key=mx.random.key(0))
-        forward = lambda: mx.eval(self._forward(x, 0.5, self.state.cond_h[2 * b:], 0))  # noqa: E731
+        forward = lambda: mx.eval(self._forward(x, 0.5, self.state.sot, 0))  # noqa: E731
         self.share, self.swept = sweep(lambda share: self.split(share, originals), forward,
                                        SHARES["gpu" if gpu_available() else "cpu"], tracer=self.tracer)
         del originals  # the unsplit fp32 weights go with the last reference
+
+    def _require_guided(self) -> None:
+        if not self.state.guided:
+            raise RuntimeError("a guided step in a window begun unguided: begin_window(..., guided=True) builds "
+                               "the u and so rows")
 
     def close(self) -> None:
         mx.clear_cache()
 
     # ---- branches ----
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
-                     groups: torch.Tensor | None = None) -> None:
-        """degraded (B, N), obs (B, T, D) torch; conditions for all three branches, in MLX."""
+                     groups: torch.Tensor | None = None, guided: bool = True) -> None:
+        """degraded (B, N), obs (B, T, D) torch; conditions for all three branches in MLX, or only the sot
+        rows' where no step of the window is guided (then the MLP share is not swept either)."""
         if groups is not None:
             raise ValueError("the MLX branches take no attention mask (masks is False)")
         m = self.mlx
@@ -174,17 +185,19 @@ class MLXBranches:
             obs_m = mx.array(obs.float().cpu().numpy())
             sem = m.encoder(mx.array(degraded.float().cpu().numpy()))  # (B, T, S)
             cond = m.c_in(mx.concatenate([obs_m, sem], axis=-1))  # (B, T, C)
-            null = mx.broadcast_to(m.null_cond, cond.shape)
+            if guided:
+                cond = mx.concatenate([mx.broadcast_to(m.null_cond, cond.shape), cond, cond])
             text = m.text_encoder(mx.array(ids.numpy().astype(np.int32)), mx.array(mask.numpy()))
             mask_m = mx.array(mask.numpy())
             kv = [(*blk.cross.kv(text), mask_m) for blk in m.blocks]  # once per window, not per step
-            self.state = WindowState(mx.concatenate([null, cond, cond]), kv, obs.shape[0])
+            self.state = WindowState(cond, kv, obs.shape[0], guided)
             mx.eval(self.state.cond_h, kv)
         self.rows = obs.shape[0]
-        if self.share is None:
+        if guided and self.share is None:
             self._sweep()
 
     def so_conditions(self) -> np.ndarray:
+        self._require_guided()
         b = self.rows
         return np.array(self.state.cond_h[b : 2 * b].astype(mx.float32), copy=True)
 
@@ -203,10 +216,12 @@ class MLXBranches:
         b = self.rows
         xm = mx.array(x.float().cpu().numpy())
         name = "u+so+sot" if guided else "sot"
+        if guided:
+            self._require_guided()
         with self.tracer.span(name, "main"):
             if guided:
                 v = self._forward(mx.concatenate([xm, xm, xm]), t, self.state.cond_h, 2 * b)
             else:
-                v = self._forward(xm, t, self.state.cond_h[2 * b:], 0)
+                v = self._forward(xm, t, self.state.sot, 0)
             out = torch.from_numpy(np.array(v.astype(mx.float32), copy=True))  # np.array evaluates
         return tuple(out.chunk(3)) if guided else (out,)

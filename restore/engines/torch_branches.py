@@ -55,16 +55,24 @@ class TorchBranches:
 
     @torch.inference_mode()
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
-                     groups: torch.Tensor | None = None) -> None:
+                     groups: torch.Tensor | None = None, guided: bool = True) -> None:
         """degraded (B, N) level-normalised audio, obs (B, T, D) its latents, one transcript per row;
-        groups (B, T) the recordings each window holds, or None (Engine.begin_window)."""
+        groups (B, T) the recordings each window holds, or None; guided: whether any step of the window
+        runs the three branches (Engine.begin_window). Unguided, only the sot rows' conditions are built
+        and the MLP share is not swept: the sot rows run where the plan put them, unsplit if not yet split."""
         ids, mask = text_mod.batch(texts, self.model.config.text.max_tokens, self.device)
-        with self._autocast(), self.tracer.span("conditions", "main"):
-            self.ctx = self.model.branch_context(degraded.to(self.device), obs.to(self.device), ids, mask,
-                                                 None if groups is None else groups.to(self.device))
+        degraded, obs = degraded.to(self.device), obs.to(self.device)
+        groups = None if groups is None else groups.to(self.device)
         self.rows = obs.shape[0]
-        self.ctx_sot = self.ctx.rows(slice(2 * self.rows, 3 * self.rows))
-        if self.second is not None and self.share is None:
+        with self._autocast(), self.tracer.span("conditions", "main"):
+            if guided:
+                self.ctx = self.model.branch_context(degraded, obs, ids, mask, groups)
+                self.ctx_sot = self.ctx.rows(slice(2 * self.rows, 3 * self.rows))
+            else:
+                self.ctx = None
+                sot = torch.ones(self.rows, dtype=torch.bool, device=self.device)
+                self.ctx_sot = self.model.context(degraded, obs, sot, ids, mask, groups)
+        if guided and self.second is not None and self.share is None:
             self._sweep(obs.shape)
 
     def _sweep(self, shape: torch.Size) -> None:
@@ -87,12 +95,15 @@ class TorchBranches:
         del originals  # the unsplit weights go with the last reference
 
     def so_conditions(self) -> np.ndarray:
+        self._require_guided()
         return self.ctx.cond_h[self.rows : 2 * self.rows].float().cpu().numpy()
 
     @torch.inference_mode()
     def velocities(self, x: torch.Tensor, t: float, guided: bool) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> (v_u, v_so, v_sot) on guided steps, (v_sot,) on unguided ones."""
         x = x.to(self.device)
+        if guided:
+            self._require_guided()
         with self._autocast():
             if guided and not self.plan.batch_branches:
                 tt = torch.full((self.rows,), t, device=self.device)
@@ -110,6 +121,11 @@ class TorchBranches:
             with self.tracer.span("sot", "main"):
                 tt = torch.full((self.rows,), t, device=self.device)
                 return (self._out(self.forward(x, tt, self.ctx_sot)),)
+
+    def _require_guided(self) -> None:
+        if self.ctx is None:
+            raise RuntimeError("a guided step in a window begun unguided: begin_window(..., guided=True) builds "
+                               "the u and so rows")
 
     def close(self) -> None:
         if self.second is not None:

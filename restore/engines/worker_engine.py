@@ -6,7 +6,9 @@
   same chunks in torch on the CPU, or as Core ML programs on the Neural Engine (worker backend
   `coreml`, macOS);
 - codec work runs in the worker in idle time this engine declares (unguided steps, between windows);
-  the first window's encode runs at once;
+  the first window's encode runs at once, in this process;
+- the worker starts with the first window that has a guided step: a sampler whose steps are all
+  unguided runs on the local engine alone, with no worker process and no sweep of the MLP share;
 - if the worker dies or hangs, the local engine computes every branch and codec job, with a warning.
 """
 
@@ -82,7 +84,8 @@ class WorkerEngine:
 
     # ---- codec ----
     def encode_async(self, wave: torch.Tensor, urgent: bool = False):
-        self._ensure_worker(wave.shape[0])
+        if self.worker is not None:  # started by a guided window; sized anew for a batch of other rows
+            self._ensure_worker(wave.shape[0])
         if self._live():
             try:
                 return Pending("encode", self.worker.submit("encode", wave.numpy(), urgent), wave)
@@ -130,11 +133,14 @@ class WorkerEngine:
         return self.local.masks and self.plan.worker_backend != "coreml"
 
     def begin_window(self, degraded: torch.Tensor, obs: torch.Tensor, texts: list[str | None],
-                     groups: torch.Tensor | None = None) -> None:
+                     groups: torch.Tensor | None = None, guided: bool = True) -> None:
+        # the first guided window also sweeps the MLP share (the branches' begin_window)
+        self.local.begin_window(degraded, obs, texts, groups, guided)
+        if not guided:
+            return
         if self.note is not None:
             self.warnings.append(self.note)
             self.note = None
-        self.local.begin_window(degraded, obs, texts, groups)  # the first window also sweeps the MLP share
         self._ensure_worker(obs.shape[0])
         if self._live():
             try:

@@ -273,8 +273,9 @@ class Restorer:
         # on its own frames (windows.frame_groups, extents)
         groups = [g for w in batch for g in [w.groups(frames, hop, self.reach)] * w.wave.shape[0]]
         shared = any(len(w.parts) > 1 for w in batch)
+        schedule = cfg.schedule()
         self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts],
-                                 torch.from_numpy(np.stack(groups)) if shared else None)
+                                 torch.from_numpy(np.stack(groups)) if shared else None, any(schedule.guided))
         noise = WindowNoise([w.noise(frames, hop) for w in batch], [w.wave.shape[0] for w in batch],
                             obs.shape[1:], noise_draws(cfg), self.plan.device, self.noise_pool)
         spans = [extents(g) for g in groups]
@@ -282,7 +283,7 @@ class Restorer:
         start = noise().float().to(self.plan.device)
         skip = self.skip.bind(obs) if self.skip is not None else None
         lin = post_mod.linear_estimate(skip, start, cfg) if post.strength != 1.0 else None
-        latents, evaluations = None, cfg.schedule().evaluations
+        latents, evaluations = None, schedule.evaluations
         for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
