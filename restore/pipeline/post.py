@@ -29,7 +29,12 @@
    restoration is scaled to the input's energy over those bins (at most BALANCE_MAX_DB); bands with no
    trusted bins (noise, a missing band) stay as restored.
 
-4. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
+4. **Nothing above a band-limited input's cut-off** (`limit_band`, unless `extend_band`). Where the
+   input holds nothing but a floor above a cut-off below the model's band edge (restore/bandwidth.py,
+   measured per file), the restoration is faded out over RAMP_HZ below it: the model's fill of the
+   missing band is its guess, added only when asked for.
+
+5. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
    at the level it was trained at and its output is scaled back by the same factor
    (restore/pipeline/job.py); that is the audio "as the model restores it" (`--level model`). A one-step
    estimate is quiet where it is unsure (reverberant speech comes out ~12 dB below the dry speech), so by
@@ -58,6 +63,7 @@ SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` are avera
 BALANCE_DB = 10.0     # `match_balance` trusts the input where what was taken out lies this far below
 BALANCE_MAX_DB = 3.0  # the most it moves a band
 BALANCE_COVER = 0.2   # the share of a band's frames trusted for the full correction
+RAMP_HZ = 300.0       # `limit_band` fades the restoration out over this much below a band-limited input's cut-off
 
 
 # ---------------------------------------------------------------- on latents
@@ -193,11 +199,40 @@ def match_balance(codec, obs: torch.Tensor, est: torch.Tensor, spans: Spans | No
     return codec.latents(s * _per_frame(10.0 ** (db / 20.0), ids, slots)).to(est.dtype)
 
 
+def band_gain(freqs: torch.Tensor, cutoff_hz: float) -> torch.Tensor:
+    """Gain per frequency that fades a restoration out below a cut-off: 1 up to RAMP_HZ below it, a
+    raised cosine down to 0 at it, 0 above."""
+    u = ((cutoff_hz - freqs) / RAMP_HZ).clamp(0.0, 1.0)
+    return 0.5 - 0.5 * torch.cos(torch.pi * u)
+
+
+def limit_band(codec, est: torch.Tensor, cutoffs: list[list[float | None]], spans: Spans | None = None
+               ) -> torch.Tensor:
+    """est: latents (B, T, D) of the restoration -> the same with nothing above each file's cut-off.
+    `cutoffs`: per row, one per span (file) in order, the frequency above which its input holds nothing
+    but a floor (restore.bandwidth.limit), or None (full band: left as it is). A band-limited input
+    (a phone line, a low-pass) carries nothing above its cut-off that a restoration could restore: what
+    the model puts there is its guess at the missing band, which only `extend_band` asks for. The fade
+    (`band_gain`) is smooth over RAMP_HZ, where the input itself falls to its floor, so the output rings
+    no more than the input's own low-pass does."""
+    s = codec.spectrum(est)
+    ids, slots = _span_ids(spans, s.real)
+    freqs = torch.linspace(0, codec.config.sample_rate / 2, s.shape[-1])
+    gains = torch.ones(s.shape[0], slots + 1, s.shape[-1])
+    for r, row in enumerate(cutoffs):
+        for k, cut in enumerate(row):
+            if cut is not None:
+                gains[r, k] = band_gain(freqs, cut)
+    return codec.latents(s * _per_frame(gains.to(s.device), ids, slots)).to(est.dtype)
+
+
 def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,
-           spans: Spans | None = None) -> torch.Tensor:
+           spans: Spans | None = None, cutoffs: list[list[float | None]] | None = None) -> torch.Tensor:
     """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, keeping the
-    input, then the input's spectral balance. `lin` (linear_estimate) is needed when the strength is not
-    1. `spans`: the frames of each file in each row, where files share a window (None: one file a row)."""
+    input, the input's spectral balance, then nothing above a band-limited input's cut-off unless
+    `post.extend_band`. `lin` (linear_estimate) is needed when the strength is not 1. `spans`: the
+    frames of each file in each row, where files share a window (None: one file a row); `cutoffs`: each
+    span's cut-off (`limit_band`; None: every file full band)."""
     if post.strength != 1.0:
         if lin is None:
             raise ValueError("a strength other than 1 needs the linear estimate of a model with the observation skip")
@@ -206,6 +241,8 @@ def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: tor
         x = keep_input(codec, obs, x, post.keep_db, spans)
     if post.balance:
         x = match_balance(codec, obs, x, spans)
+    if not post.extend_band and cutoffs is not None and any(c is not None for row in cutoffs for c in row):
+        x = limit_band(codec, x, cutoffs, spans)
     return x
 
 
