@@ -89,7 +89,8 @@ class LongTermSpectrum:
 
 def edge(power: np.ndarray, freqs: np.ndarray) -> float | None:
     """The lowest frequency from MIN_HZ above which a long-term power spectrum lies EDGE_DB below its mean
-    over the SPAN_HZ below it (both in dB, after SMOOTH_HZ of averaging); None where there is none."""
+    over the SPAN_HZ below it (both in dB, after SMOOTH_HZ of averaging), less half of SMOOTH_HZ (the
+    averaging spreads an edge up by that much); None where there is none."""
     step = freqs[1] - freqs[0]
     k = max(1, round(SMOOTH_HZ / step)) | 1
     smooth = np.convolve(np.pad(power, k // 2, mode="edge"), np.ones(k) / k, mode="valid")
@@ -100,7 +101,7 @@ def edge(power: np.ndarray, freqs: np.ndarray) -> float | None:
     idx = np.arange(span, len(db))  # bins with a whole span below them
     below = (total[idx] - total[idx - span]) / span
     found = idx[(freqs[idx] >= MIN_HZ) & (above[idx] <= below - EDGE_DB)]
-    return float(freqs[found[0]]) if len(found) else None
+    return float(freqs[found[0]] - SMOOTH_HZ / 2) if len(found) else None
 
 
 def limit(cutoff_hz: float | None, model_rate: int) -> float | None:
