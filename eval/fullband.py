@@ -15,7 +15,8 @@ reference:
 - the noise above 8 kHz in speech pauses (frames where the clean speech is silent in both bands, 27 ms
   away from speech), against the input's;
 - for band-limited inputs, the energy above their cut-off (or above the crossover, if that is higher)
-  against the input's;
+  against the input's, and from the cut-off to 8 kHz (the model's band) against the input's, for the
+  default output and for one restored with `extend_band` (`extended`, band-limited clips only);
 - DNSMOS P.835 at 16 kHz (eval.dnsmos).
 
 Writes <out>/clean, <out>/degraded, <out>/after, <out>/before (float WAV), <out>/clips.csv,
@@ -50,6 +51,8 @@ THIRDS = [1000 * 2.0 ** (k / 3) for k in range(-10, 14)]  # centres 100 Hz-20 kH
 SHOWN = (1000, 4000, 6300, 8000, 10000, 12500, 16000, 20000)  # centres (rounded) in the level table
 SYSTEMS = ("input", "before", "after")
 BANDS = ((500, 2000), (2000, 4000), (4500, 6500), (8000, 12000), (12000, 24000))  # Hz: the model's and the upper
+BAND_LIMITED = ("mp3", "phone")
+MODEL_EDGE = 8000               # Hz: the top of the model's band
 
 
 # ---- the set ----
@@ -204,11 +207,14 @@ def restore(clips: list[dict], out: Path, model: Path | None) -> None:
     with Restorer(model) as r:
         for c in clips:
             src = out / "degraded" / f"{c['clip']}.wav"
-            for system, rate in (("after", None), ("before", 16000)):
+            runs = [("after", {}), ("before", {"sample_rate": 16000})]
+            if c["kind"] in BAND_LIMITED:
+                runs.append(("extended", {"extend_band": True}))
+            for system, options in runs:
                 dst = out / system / f"{c['clip']}.wav"
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 if not dst.exists():
-                    r.restore_file(src, dst, sample_rate=rate)
+                    r.restore_file(src, dst, **options)
 
 
 # ---- measuring ----
@@ -284,6 +290,9 @@ def measure(clean: np.ndarray, signals: dict[str, np.ndarray], band_limited: boo
             row[f"{name}_speech_{lo}_db"] = _db(p[speech][:, m].sum(), pc[speech][:, m].sum())
         if above_cut is not None:
             row[f"{name}_above_cut_db"] = _db(p[:, above_cut].sum(), powers["input"][:, above_cut].sum())
+        if cut is not None and cut < MODEL_EDGE:  # the missing band within the model's: what it adds there
+            m = (f >= cut) & (f < MODEL_EDGE)
+            row[f"{name}_cut_to8_db"] = _db(p[:, m].sum(), powers["input"][:, m].sum())
     return row
 
 
@@ -298,7 +307,9 @@ def score(clips: list[dict], out: Path, dnsmos: bool = True) -> list[dict]:
         clean = _read(out / "clean" / f"{cid}.wav")
         signals = {"input": _read(out / "degraded" / f"{cid}.wav"), "before": _read(out / "before" / f"{cid}.wav"),
                    "after": _read(out / "after" / f"{cid}.wav")}
-        row = {**c, **measure(clean, signals, c["kind"] in ("mp3", "phone"))}
+        if c["kind"] in BAND_LIMITED:
+            signals["extended"] = _read(out / "extended" / f"{cid}.wav")
+        row = {**c, **measure(clean, signals, c["kind"] in BAND_LIMITED)}
         if dnsmos:
             for name, folder in (("clean", "clean"), ("input", "degraded"), ("before", "before"), ("after", "after")):
                 s = dnsmos_p835(load_audio(out / folder / f"{cid}.wav"))
@@ -341,7 +352,8 @@ def summary(rows: list[dict], command: str, model: str) -> str:
         "p273; two pieces of one utterance each), dev noises and the dev room resampled to 48 kHz; model "
         f"`{model}` with its defaults. **input**: the degraded clip; **before**: the model's 16 kHz "
         "restoration alone (every output until issue 46, levelled as the writer does, resampled to 48 kHz); "
-        "**after**: the full-band output (`restore/pipeline/fullband.py`). Levels in dB, means over clips "
+        "**after**: the full-band output (`restore/pipeline/fullband.py`); **extended**: the same with "
+        "`extend_band` (band-limited clips only). Levels in dB, means over clips "
         "of per-clip values; each "
         "output is first levelled to the reference in 0.5-4 kHz over the speech frames (the input is at its "
         "level by construction). The reference is the dry speech, for reverberant clips the speech through "
@@ -351,21 +363,22 @@ def summary(rows: list[dict], command: str, model: str) -> str:
         "## Upper band", "",
         "| clips | speech above 8 kHz vs reference: input / before / after | noise above 8 kHz in pauses vs input: "
         "before / after | largest third-octave error vs reference, 0.1-5 kHz / 6.3-20 kHz: input; after "
-        "| above the cut-off vs input: after |",
-        "|---|---|---|---|---|"]
+        "| above the cut-off vs input: after | cut-off to 8 kHz vs input: before / after / extended |",
+        "|---|---|---|---|---|---|"]
     for name, sel in GROUPS:
         g = [r for r in rows if sel(r)]
         if not g:
             continue
         worst = {(s, hi): np.mean([max(abs(float(r[f"{s}_third_{round(c)}_db"])) for c in THIRDS if (c > 5500) == hi)
                                    for r in g]) for s in ("input", "after") for hi in (False, True)}
-        thirds = ("— (a band is missing)" if g[0]["kind"] in ("mp3", "phone") else
+        thirds = ("— (a band is missing)" if g[0]["kind"] in BAND_LIMITED else
                   f"{worst['input', False]:.1f} / {worst['input', True]:.1f}; {worst['after', False]:.1f} / "
                   f"{worst['after', True]:.1f}")
         lines.append(
             f"| {name} ({len(g)}) | {_mean(g, 'input_above8_db')} / {_mean(g, 'before_above8_db')} / "
             f"{_mean(g, 'after_above8_db')} | {_mean(g, 'before_pause8_db')} / {_mean(g, 'after_pause8_db')} | "
-            f"{thirds} | {_mean(g, 'after_above_cut_db')} |")
+            f"{thirds} | {_mean(g, 'after_above_cut_db')} | {_mean(g, 'before_cut_to8_db')} / "
+            f"{_mean(g, 'after_cut_to8_db')} / {_mean(g, 'extended_cut_to8_db')} |")
     lines += ["", "## Third-octave levels vs reference (dB)", "",
               "| clips | system | " + " | ".join(f"{c / 1000:g} kHz" for c in SHOWN) + " |",
               "|---|---|" + "---|" * len(SHOWN)]

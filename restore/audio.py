@@ -20,6 +20,7 @@ import numpy as np
 import soundfile as sf
 import soxr  # the resampler librosa uses; its streaming API keeps memory flat in file length
 
+from .bandwidth import LongTermSpectrum
 from .errors import DiskFullError, InputError, UsageError, option
 
 # ---- constants ----
@@ -77,6 +78,8 @@ class Levels:
     rms: float                 # over non-silent blocks, all channels
     peak: float
     channels_identical: bool   # every channel carries the same signal (to within -60 dB)
+    cutoff_hz: float | None = None  # the highest frequency it carries: its band's cut-off (restore.bandwidth),
+                                    # else half its rate; None: not measured
 
 
 def as_path(value, name: str) -> Path:
@@ -181,9 +184,10 @@ def active_power(block: np.ndarray, sample_rate: int) -> tuple[float, int]:
 
 def scan(info: AudioInfo) -> Levels:
     """One streaming pass: reject non-finite and silent audio, measure the level the model is fed at,
-    and whether the channels are copies of each other."""
+    whether the channels are copies of each other, and the band the mono mix carries."""
     power, count, peak = 0.0, 0, 0.0
     diff_power = 0.0
+    band = LongTermSpectrum(info.sample_rate)
     for block in blocks(info):
         if not np.isfinite(block).all():
             raise InputError(f"{info.path}: the audio contains NaN or infinite samples")
@@ -192,11 +196,14 @@ def scan(info: AudioInfo) -> Levels:
             diff_power += float(np.square(block - block[:, :1]).sum())
         p, n = active_power(block, info.sample_rate)
         power, count = power + p, count + n
+        band.push(block.mean(axis=1))
     if peak < SILENT_PEAK:
         raise InputError(f"{info.path}: the audio is silent (peak below -90 dBFS); there is no speech to restore")
     rms = float(np.sqrt(power / max(count, 1)))
     identical = info.channels == 1 or diff_power <= 1e-6 * power
-    return Levels(rms=rms, peak=peak, channels_identical=identical)
+    cutoff = band.cutoff()
+    return Levels(rms=rms, peak=peak, channels_identical=identical,
+                  cutoff_hz=cutoff if cutoff is not None else info.sample_rate / 2)
 
 
 class StreamResampler:

@@ -56,6 +56,7 @@ def restore(
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", help="Output sample rate (default: the input's).")] = None,
     channels: Annotated[Channels, typer.Option(help="auto: restore identical channels once, else each; each: every channel; mix: downmix to mono.")] = Channels("auto"),
     level: Annotated[Level, typer.Option(help="input: the restored file as loud as the input (peaks kept below full scale); model: as the model restores it.")] = Level("input"),
+    extend_band: Annotated[bool, typer.Option("--extend-band", help="Let the model fill a band-limited input (a phone line, a low-pass) above its cut-off, up to 8 kHz; by default nothing is added above the cut-off.")] = False,
     format: Annotated[Optional[str], typer.Option("--format", help="Output extension for folder runs, e.g. flac (default: each input's own).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: $RESTORE_MODEL, else the shipped model).")] = None,
@@ -75,7 +76,7 @@ def restore(
         with command_line_words(), terminate_as_interrupt():
             options = RestoreOptions(sampler=sampler.value, steps=steps, guidance=guidance, strength=strength,
                                      keep_input=keep_input, seed=seed, transcript=transcript, channels=channels.value,
-                                     sample_rate=sample_rate, level=level.value)
+                                     sample_rate=sample_rate, level=level.value, extend_band=extend_band)
             code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
                            model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
                            compile=compile.value, cluster=cluster, progress=not quiet and sys.stderr.isatty())

@@ -7,6 +7,8 @@ with the tiny test model, whose one-step restoration is the input itself at a qu
 (zero network output: the observation skip's prior mean), so the output must be the input at full
 band."""
 
+import json
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -14,6 +16,7 @@ import soxr
 import torch
 from typer.testing import CliRunner
 
+from restore import audio, bandwidth
 from restore.cli import app
 from restore.config import WindowConfig
 from restore.pipeline import fullband
@@ -339,3 +342,131 @@ def test_cli_keeps_the_upper_band(tiny_model, tmp_path):
     assert sr == SR
     assert abs(band_db(y, x, 8000, 24000)) < 2.0
     assert abs(band_db(y, x, 12000, 20000)) < 2.0
+
+
+# ---- band-limited inputs: nothing added above their cut-off unless asked (restore/bandwidth.py) ----
+
+def measured_cutoff(x: np.ndarray, sr: int, blocks: int = 5) -> float | None:
+    """The cut-off the level scan finds, fed in blocks as audio.scan feeds it."""
+    spec = bandwidth.LongTermSpectrum(sr)
+    for block in np.array_split(x, blocks):
+        spec.push(block)
+    return spec.cutoff()
+
+
+def band_limited(seconds: float, cut: float, sr: int, snr_db: float | None = 5.0, floor_db: float = -80.0,
+                 seed: int = 0) -> np.ndarray:
+    """Speech (with pink-ish noise at `snr_db` under it, if given) low-passed at `cut`, over a white floor
+    `floor_db` below full scale (a recording chain's)."""
+    rng = np.random.default_rng(seed + 11)
+    x = fullband_speech(seconds, sr, seed=seed).astype(np.float64)
+    if snr_db is not None:
+        n = len(x)
+        spec = np.fft.rfft(rng.standard_normal(n)) / np.sqrt(np.maximum(np.fft.rfftfreq(n, 1 / sr), 100.0) / 1000)
+        noise = np.fft.irfft(spec, n)
+        x = x + noise * np.sqrt(np.mean(x**2) / np.mean(noise**2)) / 10 ** (snr_db / 20)
+    y = lowpass(x.astype(np.float32), cut, sr)
+    return (y + 10 ** (floor_db / 20) * rng.standard_normal(len(y))).astype(np.float32)
+
+
+@pytest.mark.parametrize("sr", [16000, 48000])
+@pytest.mark.parametrize("cut", [2000.0, 3400.0, 5000.0, 6500.0])
+def test_cutoff_is_found_under_noise_below_it(sr, cut):
+    found = measured_cutoff(band_limited(3.0, cut, sr), sr)
+    assert found is not None and abs(found - cut) < 300, found
+    assert bandwidth.limit(found, MODEL_RATE) == found  # below the model's band edge: band-limited
+
+
+def test_cutoff_of_a_short_file():
+    for cut in (3400.0, 5000.0):
+        found = measured_cutoff(band_limited(0.5, cut, 16000, seed=3), 16000)
+        assert found is not None and abs(found - cut) < 300, (cut, found)
+
+
+@pytest.mark.parametrize("sr", [16000, 48000])
+def test_full_band_and_silent_inputs_have_no_cutoff(sr):
+    x = fullband_speech(3.0, sr)
+    found = measured_cutoff(x, sr)
+    assert found is None or found > 8000, found
+    assert bandwidth.limit(found, MODEL_RATE) is None
+    # through the resampler to the model's rate its band ends in the resampler's transition: still full band
+    y = soxr.resample(x, sr, MODEL_RATE, quality="HQ")
+    assert bandwidth.limit(measured_cutoff(y, MODEL_RATE), MODEL_RATE) is None
+    assert measured_cutoff(np.zeros(2 * sr, np.float32), sr) is None
+    # speech with pauses of digital silence: the silence does not count
+    gated = x * (np.arange(len(x)) % sr < sr // 2)
+    assert bandwidth.limit(measured_cutoff(gated, sr), MODEL_RATE) is None
+
+
+def test_the_level_scan_reports_the_band(tmp_path):
+    """audio.scan measures the cut-off of the mono mix; an 8 kHz file's band ends at 4 kHz."""
+    x = band_limited(2.0, 3400.0, SR)
+    sf.write(tmp_path / "phone.wav", np.stack([x, 0.5 * x], axis=1), SR, subtype="FLOAT")
+    assert abs(audio.scan(audio.probe(tmp_path / "phone.wav")).cutoff_hz - 3400) < 300
+    sf.write(tmp_path / "narrow.wav", fullband_speech(2.0, 8000), 8000, subtype="PCM_16")
+    cut = audio.scan(audio.probe(tmp_path / "narrow.wav")).cutoff_hz
+    assert 3000 < cut <= 4000 and bandwidth.limit(cut, MODEL_RATE) == cut
+    sf.write(tmp_path / "wide.wav", fullband_speech(2.0), SR, subtype="PCM_24")
+    assert bandwidth.limit(audio.scan(audio.probe(tmp_path / "wide.wav")).cutoff_hz, MODEL_RATE) is None
+
+
+def test_limit_band_takes_the_restoration_out_above_the_cutoff_only():
+    """A restoration that fills a missing band: above the cut-off nothing is left, below the fade it is
+    untouched; each file of a shared window gets its own cut-off."""
+    from restore.codec import STFTCodec
+    from restore.config import CodecConfig
+    from restore.pipeline import post
+
+    codec = STFTCodec(CodecConfig(scale=3.0))
+    x = torch.from_numpy(fullband_speech(2.0, MODEL_RATE))[None, : 2 * MODEL_RATE // 256 * 256]
+    est = codec.encode(x)
+    n = est.shape[1] // 2
+    out = codec.decode(post.limit_band(codec, est, [[3000.0, None]], [[(0, n), (n, 2 * n)]]))[0].numpy()
+    a, b = x[0, : n * 256 - 512].numpy(), out[: n * 256 - 512]
+    assert band_db(b, a, 3100, 8000, sr=MODEL_RATE) < -40
+    assert abs(band_db(b, a, 100, 2600, sr=MODEL_RATE)) < 0.05
+    tail = slice(n * 256 + 512, None)
+    np.testing.assert_allclose(out[tail], x[0, tail].numpy(), atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def live_restorer(live_model):
+    """A model whose random network output fills every band, a missing one too."""
+    return Restorer(live_model, window=WindowConfig(seconds=3.0, overlap=0.5))
+
+
+@pytest.mark.parametrize("sr", [16000, 48000])
+def test_band_limited_input_gets_nothing_above_its_cutoff_unless_asked(live_restorer, tmp_path, monkeypatch, sr):
+    """Issue 46: by default the output carries no more above a phone line's cut-off than the input;
+    extend_band gives the model's output as it was before cut-offs were measured (here: a band filled far
+    above the input's)."""
+    cut = 3400.0
+    x = band_limited(2.5, cut, sr)
+    sf.write(tmp_path / "phone.wav", x, sr, subtype="FLOAT")
+    rep = live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "default.wav", **FAST)
+    ext = live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "extended.wav", extend_band=True, **FAST)
+    monkeypatch.setattr(bandwidth, "limit", lambda *a: None)  # no cut-off known: the code before
+    live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "before.wav", **FAST)
+    y, e, b = (sf.read(tmp_path / f"{n}.wav", dtype="float32")[0] for n in ("default", "extended", "before"))
+    np.testing.assert_array_equal(e, b)
+    assert abs(rep.cutoff_hz - cut) < 300 and rep.sampler["extend_band"] is False
+    assert ext.sampler["extend_band"] is True
+    top = min(sr / 2, 8000)
+    assert above_db(y, x, rep.cutoff_hz, sr) - above_db(x, x, rep.cutoff_hz, sr) < 1.0
+    assert band_db(y, x, rep.cutoff_hz, top, sr=sr) < 1.0
+    assert band_db(e, x, rep.cutoff_hz, top, sr=sr) > 10.0  # the model does fill it, when asked
+    assert abs(band_db(y, e, 300, cut - 400, sr=sr)) < 0.5  # below the cut-off: the same restoration
+
+
+def test_cli_extend_band_reaches_the_pipeline_and_the_report(tiny_model, tmp_path):
+    sf.write(tmp_path / "in.wav", band_limited(1.5, 3400.0, MODEL_RATE), MODEL_RATE, subtype="FLOAT")
+    runs = {}
+    for name, flag in (("default", []), ("extended", ["--extend-band"])):
+        result = CliRunner().invoke(app, [str(tmp_path / "in.wav"), "-o", str(tmp_path / f"{name}.wav"), *flag,
+                                          "--report", str(tmp_path / f"{name}.json"), "--model", str(tiny_model),
+                                          "--sampler", "flash", "--steps", "1"])
+        assert result.exit_code == 0, result.output
+        runs[name] = json.loads((tmp_path / f"{name}.json").read_text())["files"][0]
+    assert runs["default"]["sampler"]["extend_band"] is False and runs["extended"]["sampler"]["extend_band"] is True
+    assert abs(runs["default"]["cutoff_hz"] - 3400) < 300
+    assert "--extend-band" in CliRunner().invoke(app, ["--help"]).output

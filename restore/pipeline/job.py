@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from .. import audio, text as text_mod
+from .. import audio, bandwidth, text as text_mod
 from ..errors import InputError, RestoreError, UsageError
 from ..options import RestoreOptions
 from .fullband import FileBand, applies as fullband_applies
@@ -43,6 +43,7 @@ class FileReport:
     level: str = "input"                 # "input": levelled to the input's RMS; "model": as restored
     level_gain_db: float | None = None   # the gain that levelling applied
     level_limited: bool = False          # the gain was lowered to keep the peaks below full scale
+    cutoff_hz: float | None = None       # a band-limited input's cut-off (restore.bandwidth); None: full band
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -133,7 +134,8 @@ class FileJob:
         self.failed: Exception | None = None
         self.report = FileReport(str(self.input), str(self.output), info.duration, 0.0, self.count,
                                  info.sample_rate, self.out_rate, info.channels, self.rows, settings, self.seed,
-                                 text_source, level=options.level)
+                                 text_source, level=options.level,
+                                 cutoff_hz=bandwidth.limit(levels.cutoff_hz, model_rate))
         if info.truncation():
             self.report.warnings.append(info.truncation())
         if not open_output:

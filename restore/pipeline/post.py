@@ -24,12 +24,17 @@
 
 3. **The input's spectral balance** (`match_balance`, on unless a model's config sets `balance`
    false). A one-step estimate's long-term spectrum is a little off the speech's: on a clean recording
-   it lifts 1.2-3 kHz by up to 2.5 dB. Where the restoration kept the input (what it took out lies
-   BALANCE_DB below it) the input is the speech, so per third of an octave, file by file, the
-   restoration is scaled to the input's energy over those bins (at most BALANCE_MAX_DB); bands with no
-   trusted bins (noise, a missing band) stay as restored.
+   it lifts 1.2-3 kHz by up to 2.5 dB. Where the input lies BALANCE_DB above the noise the restoration
+   removed (per bin, over the file) the input's level is the speech's, so per sixth of an octave, file
+   by file, the restoration is scaled to the input's energy over those bins (at most BALANCE_MAX_DB);
+   bands with no trusted bins (noise, a missing band) stay as restored.
 
-4. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
+4. **Nothing above a band-limited input's cut-off** (`limit_band`, unless `extend_band`). Where the
+   input holds nothing but a floor above a cut-off below the model's band edge (restore/bandwidth.py,
+   measured per file), the restoration is faded out over RAMP_HZ below it: the model's fill of the
+   missing band is its guess, added only when asked for.
+
+5. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
    at the level it was trained at and its output is scaled back by the same factor
    (restore/pipeline/job.py); that is the audio "as the model restores it" (`--level model`). A one-step
    estimate is quiet where it is unsure (reverberant speech comes out ~12 dB below the dry speech), so by
@@ -54,10 +59,15 @@ from ..sampling import combine
 PEAK_CEILING = 10 ** (-0.1 / 20)  # a levelled output's peaks stay below -0.1 dBFS
 MEMORY_BYTES = 16 << 20  # a levelled output is held in memory up to this size (~45 s of 48 kHz stereo)
 _TINY = 1e-20
-SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` are averaged over
-BALANCE_DB = 10.0     # `match_balance` trusts the input where what was taken out lies this far below
+SMOOTH = 3  # bins (frames and frequencies) the powers of `keep_input` and `match_balance` are averaged over
+BALANCE_DB = 10.0     # `match_balance` trusts the input where it lies this far above the noise the restoration
+                      # removed, unless what was taken out there lies this far above what was kept
+BALANCE_NOISE = 0.3   # that noise: this quantile of the removed power, per bin, over a file's live frames
+BALANCE_OCTAVES = 1 / 6  # each bin's correction is measured over this much of an octave around it
 BALANCE_MAX_DB = 3.0  # the most it moves a band
-BALANCE_COVER = 0.2   # the share of a band's frames trusted for the full correction
+BALANCE_COVER = 0.2   # the share of a band's live frames trusted for the full correction
+LIVE_DB = 60.0        # a file's live frames: its input within this of its loudest (not the window's padding)
+RAMP_HZ = 300.0       # `limit_band` fades the restoration out over this much below a band-limited input's cut-off
 
 
 # ---------------------------------------------------------------- on latents
@@ -127,38 +137,37 @@ def _power(z: torch.Tensor) -> torch.Tensor:
     return z.real.square() + z.imag.square()
 
 
-def _local(p: torch.Tensor) -> torch.Tensor:
-    """p (B, T, F) averaged over SMOOTH x SMOOTH neighbouring bins."""
-    return F.avg_pool2d(p[:, None], SMOOTH, 1, SMOOTH // 2, count_include_pad=False)[:, 0]
-
-
 def keep_input(codec, obs: torch.Tensor, est: torch.Tensor, keep_db: float, spans: Spans | None = None
                ) -> torch.Tensor:
     """obs, est: latents (B, T, D) of the input and the restoration -> latents of the blend. The
-    restoration's level is matched to the input's span by span."""
+    restoration's level is matched to the input's span by span, and its powers are smoothed within each
+    span (a file's frames come out as they would alone, which the balance after it relies on)."""
     y, s = codec.spectrum(obs), codec.spectrum(est)
     s2 = _power(s)
-    g = _level(y, s, s2, *_span_ids(spans, s2))
+    ids, slots = _span_ids(spans, s2)
+    g = _level(y, s, s2, ids, slots)
     s = s * g
     r = y - s
-    num = _local(s2 * g.square())
-    b = num / (num + 10.0 ** (keep_db / 10.0) * _local(_power(r))).clamp_min(_TINY)
+    num = _span_local(s2 * g.square(), ids)
+    b = num / (num + 10.0 ** (keep_db / 10.0) * _span_local(_power(r), ids)).clamp_min(_TINY)
     return codec.latents((s + b * r) / g).to(est.dtype)
 
 
 @functools.lru_cache(maxsize=8)
-def _third_octave_weights(bins: int, rate: int) -> torch.Tensor:
-    """(F, F): row f averages the bins within the third of an octave around bin f (at least its two
-    neighbours), as hearing and band levels smooth a spectrum."""
+def _band_weights(bins: int, rate: int, octaves: float = BALANCE_OCTAVES) -> torch.Tensor:
+    """(F, F): row f averages the bins within `octaves` of an octave around bin f (at least its two
+    neighbours). Narrower than the third-octave bands a spectrum's balance is heard and measured in, so
+    that a correction measured around one band does not spill into its neighbours: a third-octave band
+    whose neighbours err the other way (4 kHz between 3.15 and 5 kHz) is matched too."""
     freqs = torch.linspace(0, rate / 2, bins)
-    lo, hi = freqs * 2 ** (-1 / 6), freqs * 2 ** (1 / 6)
+    lo, hi = freqs * 2 ** (-octaves / 2), freqs * 2 ** (octaves / 2)
     near = (freqs[None, :] >= lo[:, None] - freqs[1]) & (freqs[None, :] <= hi[:, None] + freqs[1])
     return near.float() / near.sum(1, keepdim=True)
 
 
 def _span_local(p: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """`_local` (3 x 3 bins) with no frame of another span among a frame's neighbours: each file's frames
-    as they would be alone."""
+    """p (B, T, F) averaged over SMOOTH x SMOOTH neighbouring bins, with no frame of another span among a
+    frame's neighbours: each file's frames as they would be alone."""
     same = (ids[:, 1:] == ids[:, :-1]).to(p.dtype)  # (B, T - 1): frame t and t + 1 in one span
     before = F.pad(p[:, :-1] * same[..., None], (0, 0, 1, 0))
     after = F.pad(p[:, 1:] * same[..., None], (0, 0, 0, 1))
@@ -168,36 +177,95 @@ def _span_local(p: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
                         count_include_pad=False).reshape(b, frames, bins)
 
 
+def _live(py: torch.Tensor, ids: torch.Tensor, slots: int) -> torch.Tensor:
+    """(B, T, 1): 1 for the frames whose input power lies within LIVE_DB of the loudest frame of their span,
+    0 for the rest (the window's padding, the silence between files, digital silence)."""
+    e = py.sum(-1)
+    top = torch.zeros(e.shape[0], slots + 1, device=e.device, dtype=e.dtype).scatter_reduce(1, ids, e, "amax")
+    return (e > 10.0 ** (-LIVE_DB / 10.0) * top.gather(1, ids)).to(py.dtype)[..., None]
+
+
+def _span_quantile(p: torch.Tensor, live: torch.Tensor, ids: torch.Tensor, slots: int, q: float) -> torch.Tensor:
+    """p (B, T, F) -> (B, slots + 1, F): per span and bin, the q-quantile of p over the span's live frames
+    (0 where it has none). One sort for all spans: frames keyed by span, then by log power."""
+    frames, bins = p.shape[1:]
+    group = torch.where(live[..., 0] > 0, ids, torch.full_like(ids, slots + 1))  # dead frames go last
+    key = group[..., None].to(p.dtype) * 100.0 + torch.log10(p + _TINY).clamp(-45.0, 45.0)
+    ordered = p.gather(1, key.argsort(dim=1))
+    counts = _span_sums(live, ids, slots)[..., 0]  # (B, slots + 1): each span's live frames
+    pos = (torch.cumsum(counts, 1) - counts + (q * (counts - 1).clamp_min(0)).floor()).long().clamp(max=frames - 1)
+    out = ordered.gather(1, pos[..., None].expand(-1, -1, bins))
+    return torch.where(counts[..., None] > 0, out, torch.zeros_like(out))
+
+
 def match_balance(codec, obs: torch.Tensor, est: torch.Tensor, spans: Spans | None = None) -> torch.Tensor:
     """obs, est: latents (B, T, D) of the input and the restoration -> the restoration with the input's
     spectral balance where the input can be trusted. A one-step estimate is a conditional mean, and its
-    long-term spectrum is a little off the speech's (1-2.5 dB at 1.2-3 kHz on a clean recording). In the
-    bins where the restoration kept the input (what it took out lies BALANCE_DB below it, the restoration
-    levelled to the input), the input is the speech: per third of an octave, file by file (span by span),
-    the restoration is scaled to the input's energy over those bins, at most BALANCE_MAX_DB either way,
-    and only as far as they cover the band (BALANCE_COVER of its frames for the full correction). Where
-    nothing can be trusted (noise, a missing band) the restoration is left as it is. The overall level is
-    set later (LevelledOutput). All spans at once: no loop over files on the device."""
+    long-term spectrum is a little off the speech's (1-2.5 dB at 1.2-3 kHz on a clean recording). Where
+    the input is speech, its level is the speech's: a bin is trusted where the input lies BALANCE_DB above
+    the noise the restoration removed there (the BALANCE_NOISE quantile of the removed power in that bin
+    over the file's live frames: the restoration levelled to the input), unless what was taken out lies
+    BALANCE_DB above what was kept (a burst of noise the floor does not hold). It is the input's level
+    that is judged, not its agreement with the restoration sample by sample, which the network does not
+    keep where it redraws the speech (at 4-5 kHz on a clean recording: what it takes out there lies only
+    ~4 dB below what it keeps, at the input's level). Per `BALANCE_OCTAVES` around each bin, file by file
+    (span by span), the restoration is scaled to the input's energy over the trusted bins, at most
+    BALANCE_MAX_DB either way, and only as far as they cover the band (BALANCE_COVER of the file's live
+    frames for the full correction). Where nothing can be trusted (noise, a missing band) the restoration
+    is left as it is. The overall level is set later (LevelledOutput). All spans at once: no loop over
+    files on the device."""
     y, s = codec.spectrum(obs), codec.spectrum(est)
     py, ps = _power(y), _power(s)
     ids, slots = _span_ids(spans, py)
     g = _level(y, s, ps, ids, slots)
     ps, pr = ps * g.square(), _power(y - s * g)
-    trusted = (_span_local(ps, ids) > 10.0 ** (BALANCE_DB / 10.0) * _span_local(pr, ids)).to(ps.dtype)
-    weights = _third_octave_weights(py.shape[-1], codec.config.sample_rate).to(py.device).T
+    live = _live(py, ids, slots)
+    local_y, local_s, local_r = (_span_local(p, ids) for p in (py, ps, pr))
+    noise = _per_frame(_span_quantile(local_r, live, ids, slots, BALANCE_NOISE), ids, slots)
+    over = 10.0 ** (BALANCE_DB / 10.0)
+    trusted = ((local_y > over * noise) & (local_r < over * local_s)).to(ps.dtype) * live
+    weights = _band_weights(py.shape[-1], codec.config.sample_rate).to(py.device).T
     num, den = _span_sums(trusted * py, ids, slots) @ weights, _span_sums(trusted * ps, ids, slots) @ weights
-    frames = _span_sums(torch.ones_like(py[..., :1]), ids, slots).clamp_min(1.0)
-    cover = _span_sums(trusted, ids, slots) @ weights / frames
+    cover = _span_sums(trusted, ids, slots) @ weights / _span_sums(live, ids, slots).clamp_min(1.0)
     db = (10 * torch.log10(num.clamp_min(_TINY) / den.clamp_min(_TINY))).clamp(-BALANCE_MAX_DB, BALANCE_MAX_DB)
     db = torch.where(den > 0, db * (cover / BALANCE_COVER).clamp(max=1.0), torch.zeros_like(db))
     return codec.latents(s * _per_frame(10.0 ** (db / 20.0), ids, slots)).to(est.dtype)
 
 
+def band_gain(freqs: torch.Tensor, cutoff_hz: float) -> torch.Tensor:
+    """Gain per frequency that fades a restoration out below a cut-off: 1 up to RAMP_HZ below it, a
+    raised cosine down to 0 at it, 0 above."""
+    u = ((cutoff_hz - freqs) / RAMP_HZ).clamp(0.0, 1.0)
+    return 0.5 - 0.5 * torch.cos(torch.pi * u)
+
+
+def limit_band(codec, est: torch.Tensor, cutoffs: list[list[float | None]], spans: Spans | None = None
+               ) -> torch.Tensor:
+    """est: latents (B, T, D) of the restoration -> the same with nothing above each file's cut-off.
+    `cutoffs`: per row, one per span (file) in order, the frequency above which its input holds nothing
+    but a floor (restore.bandwidth.limit), or None (full band: left as it is). A band-limited input
+    (a phone line, a low-pass) carries nothing above its cut-off that a restoration could restore: what
+    the model puts there is its guess at the missing band, which only `extend_band` asks for. The fade
+    (`band_gain`) is smooth over RAMP_HZ, where the input itself falls to its floor, so the output rings
+    no more than the input's own low-pass does."""
+    s = codec.spectrum(est)
+    ids, slots = _span_ids(spans, s.real)
+    freqs = torch.linspace(0, codec.config.sample_rate / 2, s.shape[-1])
+    gains = torch.ones(s.shape[0], slots + 1, s.shape[-1])
+    for r, row in enumerate(cutoffs):
+        for k, cut in enumerate(row):
+            if cut is not None:
+                gains[r, k] = band_gain(freqs, cut)
+    return codec.latents(s * _per_frame(gains.to(s.device), ids, slots)).to(est.dtype)
+
+
 def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,
-           spans: Spans | None = None) -> torch.Tensor:
+           spans: Spans | None = None, cutoffs: list[list[float | None]] | None = None) -> torch.Tensor:
     """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, keeping the
-    input, then the input's spectral balance. `lin` (linear_estimate) is needed when the strength is not
-    1. `spans`: the frames of each file in each row, where files share a window (None: one file a row)."""
+    input, the input's spectral balance, then nothing above a band-limited input's cut-off unless
+    `post.extend_band`. `lin` (linear_estimate) is needed when the strength is not 1. `spans`: the
+    frames of each file in each row, where files share a window (None: one file a row); `cutoffs`: each
+    span's cut-off (`limit_band`; None: every file full band)."""
     if post.strength != 1.0:
         if lin is None:
             raise ValueError("a strength other than 1 needs the linear estimate of a model with the observation skip")
@@ -206,6 +274,8 @@ def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: tor
         x = keep_input(codec, obs, x, post.keep_db, spans)
     if post.balance:
         x = match_balance(codec, obs, x, spans)
+    if not post.extend_band and cutoffs is not None and any(c is not None for row in cutoffs for c in row):
+        x = limit_band(codec, x, cutoffs, spans)
     return x
 
 

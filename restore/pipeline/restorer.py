@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from .. import weights
+from .. import bandwidth, weights
 from ..audio import as_path
 from ..codec import build_codec
 from ..config import PostConfig, SamplerConfig, WindowConfig
@@ -112,7 +112,8 @@ class Restorer:
         """Restore `input` into `output` (format from its extension, at the input's rate unless the
         options' `sample_rate` is given); the output appears only when complete, and an existing one is
         kept unless `overwrite`. Options: a RestoreOptions, and/or its fields as keyword arguments
-        (sampler, steps, guidance, strength, keep_input, seed, transcript, channels, sample_rate, level).
+        (sampler, steps, guidance, strength, keep_input, seed, transcript, channels, sample_rate, level,
+        extend_band).
         Raises a RestoreError (one sentence) for anything that cannot be done."""
         options = RestoreOptions.of(options, **changes)
         for _, _, result in self.restore_files([(input, output)], options, overwrite=overwrite, progress=progress):
@@ -279,6 +280,9 @@ class Restorer:
         noise = WindowNoise([w.noise(frames, hop) for w in batch], [w.wave.shape[0] for w in batch],
                             obs.shape[1:], noise_draws(cfg), self.plan.device, self.noise_pool)
         spans = [extents(g) for g in groups]
+        # each file's cut-off, where its input is band-limited below the model's band (restore.bandwidth)
+        cutoffs = [[bandwidth.limit(p.job.levels.cutoff_hz, self.sample_rate) for p in w.parts]
+                   for w in batch for _ in range(w.wave.shape[0])]
         first = batch[0].parts[0]
         start = noise().float().to(self.plan.device)
         skip = self.skip.bind(obs) if self.skip is not None else None
@@ -287,7 +291,7 @@ class Restorer:
         for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
-        return post_mod.finish(self.codec, post, obs, latents, lin, spans)
+        return post_mod.finish(self.codec, post, obs, latents, lin, spans, cutoffs)
 
     def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
         audio = self.engine.result(handle).float().cpu().numpy() if handle is not None else None
