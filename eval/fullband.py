@@ -16,7 +16,8 @@ reference:
   away from speech), against the input's;
 - for band-limited inputs, the energy above their cut-off (or above the crossover, if that is higher)
   against the input's, and from the cut-off to 8 kHz (the model's band) against the input's, for the
-  default output and for one restored with `extend_band` (`extended`, band-limited clips only);
+  default output (the model fills the missing band) and for one restored with `extend_band` False
+  (`kept`, band-limited clips only: nothing added above the cut-off);
 - DNSMOS P.835 at 16 kHz (eval.dnsmos).
 
 Writes <out>/clean, <out>/degraded, <out>/after, <out>/before (float WAV), <out>/clips.csv,
@@ -209,7 +210,7 @@ def restore(clips: list[dict], out: Path, model: Path | None) -> None:
             src = out / "degraded" / f"{c['clip']}.wav"
             runs = [("after", {}), ("before", {"sample_rate": 16000})]
             if c["kind"] in BAND_LIMITED:
-                runs.append(("extended", {"extend_band": True}))
+                runs.append(("kept", {"extend_band": False}))
             for system, options in runs:
                 dst = out / system / f"{c['clip']}.wav"
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -308,7 +309,7 @@ def score(clips: list[dict], out: Path, dnsmos: bool = True) -> list[dict]:
         signals = {"input": _read(out / "degraded" / f"{cid}.wav"), "before": _read(out / "before" / f"{cid}.wav"),
                    "after": _read(out / "after" / f"{cid}.wav")}
         if c["kind"] in BAND_LIMITED:
-            signals["extended"] = _read(out / "extended" / f"{cid}.wav")
+            signals["kept"] = _read(out / "kept" / f"{cid}.wav")
         row = {**c, **measure(clean, signals, c["kind"] in BAND_LIMITED)}
         if dnsmos:
             for name, folder in (("clean", "clean"), ("input", "degraded"), ("before", "before"), ("after", "after")):
@@ -352,8 +353,8 @@ def summary(rows: list[dict], command: str, model: str) -> str:
         "p273; two pieces of one utterance each), dev noises and the dev room resampled to 48 kHz; model "
         f"`{model}` with its defaults. **input**: the degraded clip; **before**: the model's 16 kHz "
         "restoration alone (every output until issue 46, levelled as the writer does, resampled to 48 kHz); "
-        "**after**: the full-band output (`restore/pipeline/fullband.py`); **extended**: the same with "
-        "`extend_band` (band-limited clips only). Levels in dB, means over clips "
+        "**after**: the full-band output (`restore/pipeline/fullband.py`); **kept**: the same with "
+        "`extend_band` False (`--band keep`; band-limited clips only). Levels in dB, means over clips "
         "of per-clip values; each "
         "output is first levelled to the reference in 0.5-4 kHz over the speech frames (the input is at its "
         "level by construction). The reference is the dry speech, for reverberant clips the speech through "
@@ -363,7 +364,7 @@ def summary(rows: list[dict], command: str, model: str) -> str:
         "## Upper band", "",
         "| clips | speech above 8 kHz vs reference: input / before / after | noise above 8 kHz in pauses vs input: "
         "before / after | largest third-octave error vs reference, 0.1-5 kHz / 6.3-20 kHz: input; after "
-        "| above the cut-off vs input: after | cut-off to 8 kHz vs input: before / after / extended |",
+        "| above the cut-off vs input: after | cut-off to 8 kHz vs input: before / after / kept |",
         "|---|---|---|---|---|---|"]
     for name, sel in GROUPS:
         g = [r for r in rows if sel(r)]
@@ -378,7 +379,7 @@ def summary(rows: list[dict], command: str, model: str) -> str:
             f"| {name} ({len(g)}) | {_mean(g, 'input_above8_db')} / {_mean(g, 'before_above8_db')} / "
             f"{_mean(g, 'after_above8_db')} | {_mean(g, 'before_pause8_db')} / {_mean(g, 'after_pause8_db')} | "
             f"{thirds} | {_mean(g, 'after_above_cut_db')} | {_mean(g, 'before_cut_to8_db')} / "
-            f"{_mean(g, 'after_cut_to8_db')} / {_mean(g, 'extended_cut_to8_db')} |")
+            f"{_mean(g, 'after_cut_to8_db')} / {_mean(g, 'kept_cut_to8_db')} |")
     lines += ["", "## Third-octave levels vs reference (dB)", "",
               "| clips | system | " + " | ".join(f"{c / 1000:g} kHz" for c in SHOWN) + " |",
               "|---|---|" + "---|" * len(SHOWN)]

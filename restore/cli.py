@@ -29,6 +29,7 @@ PlanName = _choices("PlanName", PLANS)
 CompileMode = _choices("CompileMode", COMPILE_MODES)
 Channels = _choices("Channels", CHANNEL_MODES)
 Level = _choices("Level", LEVEL_MODES)
+Band = _choices("Band", ("extend", "keep"))
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,7 +57,7 @@ def restore(
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", help="Output sample rate (default: the input's).")] = None,
     channels: Annotated[Channels, typer.Option(help="auto: restore identical channels once, else each; each: every channel; mix: downmix to mono.")] = Channels("auto"),
     level: Annotated[Level, typer.Option(help="input: the restored file as loud as the input (peaks kept below full scale); model: as the model restores it.")] = Level("input"),
-    extend_band: Annotated[bool, typer.Option("--extend-band", help="Let the model fill a band-limited input (a phone line, a low-pass) above its cut-off, up to 8 kHz; by default nothing is added above the cut-off.")] = False,
+    band: Annotated[Optional[Band], typer.Option(help="A band-limited input (phone line, low-rate MP3): extend: the model fills its missing band up to 8 kHz (the shipped model's default: more words kept); keep: nothing is added above its cut-off.", show_default=False)] = None,
     format: Annotated[Optional[str], typer.Option("--format", help="Output extension for folder runs, e.g. flac (default: each input's own).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace outputs that exist (folder runs skip them otherwise).")] = False,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: $RESTORE_MODEL, else the shipped model).")] = None,
@@ -76,7 +77,8 @@ def restore(
         with command_line_words(), terminate_as_interrupt():
             options = RestoreOptions(sampler=sampler.value, steps=steps, guidance=guidance, strength=strength,
                                      keep_input=keep_input, seed=seed, transcript=transcript, channels=channels.value,
-                                     sample_rate=sample_rate, level=level.value, extend_band=extend_band)
+                                     sample_rate=sample_rate, level=level.value,
+                                     extend_band=None if band is None else band.value == "extend")
             code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
                            model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
                            compile=compile.value, cluster=cluster, progress=not quiet and sys.stderr.isatty())

@@ -131,8 +131,8 @@ class PostConfig(BaseConfig):
                                   # many dB below itself; None: off
     balance: bool = True       # give the restoration the input's spectral balance where the input can be
                                # trusted (post.match_balance)
-    extend_band: bool = False  # let the model fill a band-limited input's band above its cut-off (else
-                               # post.limit_band: nothing is added there)
+    extend_band: bool = True   # let the model fill a band-limited input's band above its cut-off; False:
+                               # nothing is added there (post.limit_band)
 
 
 @dataclass(frozen=True)

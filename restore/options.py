@@ -38,15 +38,16 @@ class RestoreOptions:
     channels: str = "auto"             # auto: identical channels once, else each; each; mix: mono
     sample_rate: int | None = None     # of the output; None: the input's
     level: str = "input"               # input: as loud as the input; model: as the model restores it
-    extend_band: bool = False          # let the model fill a band-limited input above its cut-off
+    extend_band: bool | None = None    # let the model fill a band-limited input above its cut-off; None:
+                                       # the model's setting (the shipped model: yes)
 
     def __post_init__(self):
         _choice("sampler", self.sampler, SAMPLERS)
         _choice("channels", self.channels, CHANNEL_MODES)
         _choice("level", self.level, LEVEL_MODES)
         whole("seed", self.seed)
-        if not isinstance(self.extend_band, bool):
-            raise UsageError(f"{option('extend_band')} must be True or False, got {self.extend_band!r}")
+        if self.extend_band is not None and not isinstance(self.extend_band, bool):
+            raise UsageError(f"{option('extend_band')} must be True, False or None, got {self.extend_band!r}")
         if self.steps is not None:
             at_least("steps", self.steps, 1)
         if self.guidance is not None and _number("guidance", self.guidance) < 0:
@@ -96,8 +97,8 @@ class RestoreOptions:
             post = dataclasses.replace(post, strength=self.strength)
         if self.keep_input is not None:
             post = dataclasses.replace(post, keep_db=None if self.keep_input == KEEP_OFF else self.keep_input)
-        if self.extend_band:
-            post = dataclasses.replace(post, extend_band=True)
+        if self.extend_band is not None:
+            post = dataclasses.replace(post, extend_band=self.extend_band)
         if post.strength != 1.0 and not has_skip:
             raise UsageError(f"{option('strength')} needs a model with the observation skip (precondition obs_skip)")
         return sampler, post

@@ -436,37 +436,46 @@ def live_restorer(live_model):
 
 
 @pytest.mark.parametrize("sr", [16000, 48000])
-def test_band_limited_input_gets_nothing_above_its_cutoff_unless_asked(live_restorer, tmp_path, monkeypatch, sr):
-    """Issue 46: by default the output carries no more above a phone line's cut-off than the input;
-    extend_band gives the model's output as it was before cut-offs were measured (here: a band filled far
-    above the input's)."""
+def test_band_limited_input_is_filled_by_default_and_kept_to_its_band_on_request(live_restorer, tmp_path,
+                                                                                 monkeypatch, sr):
+    """A phone line: by default the model fills its band as it did before cut-offs were measured (here: far
+    above the input's); with extend_band False the output carries no more above the cut-off than the
+    input, and below it the restoration is the same."""
     cut = 3400.0
     x = band_limited(2.5, cut, sr)
     sf.write(tmp_path / "phone.wav", x, sr, subtype="FLOAT")
     rep = live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "default.wav", **FAST)
-    ext = live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "extended.wav", extend_band=True, **FAST)
+    kept = live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "kept.wav", extend_band=False, **FAST)
     monkeypatch.setattr(bandwidth, "limit", lambda *a: None)  # no cut-off known: the code before
     live_restorer.restore_file(tmp_path / "phone.wav", tmp_path / "before.wav", **FAST)
-    y, e, b = (sf.read(tmp_path / f"{n}.wav", dtype="float32")[0] for n in ("default", "extended", "before"))
+    e, y, b = (sf.read(tmp_path / f"{n}.wav", dtype="float32")[0] for n in ("default", "kept", "before"))
     np.testing.assert_array_equal(e, b)
-    assert abs(rep.cutoff_hz - cut) < 300 and rep.sampler["extend_band"] is False
-    assert ext.sampler["extend_band"] is True
+    assert abs(kept.cutoff_hz - cut) < 300 and rep.cutoff_hz == kept.cutoff_hz
+    assert rep.sampler["extend_band"] is True and kept.sampler["extend_band"] is False
     top = min(sr / 2, 8000)
-    assert above_db(y, x, rep.cutoff_hz, sr) - above_db(x, x, rep.cutoff_hz, sr) < 1.0
-    assert band_db(y, x, rep.cutoff_hz, top, sr=sr) < 1.0
-    assert band_db(e, x, rep.cutoff_hz, top, sr=sr) > 10.0  # the model does fill it, when asked
+    assert above_db(y, x, kept.cutoff_hz, sr) - above_db(x, x, kept.cutoff_hz, sr) < 1.0
+    assert band_db(y, x, kept.cutoff_hz, top, sr=sr) < 1.0
+    assert band_db(e, x, kept.cutoff_hz, top, sr=sr) > 10.0  # the model does fill it, by default
     assert abs(band_db(y, e, 300, cut - 400, sr=sr)) < 0.5  # below the cut-off: the same restoration
 
 
 def test_cli_extend_band_reaches_the_pipeline_and_the_report(tiny_model, tmp_path):
     sf.write(tmp_path / "in.wav", band_limited(1.5, 3400.0, MODEL_RATE), MODEL_RATE, subtype="FLOAT")
     runs = {}
-    for name, flag in (("default", []), ("extended", ["--extend-band"])):
+    for name, flag in (("default", []), ("kept", ["--band", "keep"]), ("extended", ["--band", "extend"])):
         result = CliRunner().invoke(app, [str(tmp_path / "in.wav"), "-o", str(tmp_path / f"{name}.wav"), *flag,
                                           "--report", str(tmp_path / f"{name}.json"), "--model", str(tiny_model),
                                           "--sampler", "flash", "--steps", "1"])
         assert result.exit_code == 0, result.output
         runs[name] = json.loads((tmp_path / f"{name}.json").read_text())["files"][0]
-    assert runs["default"]["sampler"]["extend_band"] is False and runs["extended"]["sampler"]["extend_band"] is True
+    assert [runs[n]["sampler"]["extend_band"] for n in ("default", "kept", "extended")] == [True, False, True]
     assert abs(runs["default"]["cutoff_hz"] - 3400) < 300
-    assert "--extend-band" in CliRunner().invoke(app, ["--help"]).output
+    assert "--band" in CliRunner().invoke(app, ["--help"]).output
+
+
+def test_extend_band_option_takes_a_bool_or_the_models_setting():
+    from restore.errors import UsageError
+    from restore.options import RestoreOptions
+    assert RestoreOptions().extend_band is None and RestoreOptions(extend_band=False).extend_band is False
+    with pytest.raises(UsageError, match="extend_band"):
+        RestoreOptions(extend_band="no")

@@ -29,10 +29,12 @@
    by file, the restoration is scaled to the input's energy over those bins (at most BALANCE_MAX_DB);
    bands with no trusted bins (noise, a missing band) stay as restored.
 
-4. **Nothing above a band-limited input's cut-off** (`limit_band`, unless `extend_band`). Where the
-   input holds nothing but a floor above a cut-off below the model's band edge (restore/bandwidth.py,
-   measured per file), the restoration is faded out over RAMP_HZ below it: the model's fill of the
-   missing band is its guess, added only when asked for.
+4. **A band-limited input's missing band** (`extend_band`). Where the input holds nothing but a floor
+   above a cut-off below the model's band edge (restore/bandwidth.py, measured per file), the model's
+   fill of the missing band is its guess. By default (`extend_band` true) it is kept: on the realistic
+   band-limit + noise clips it keeps more words and PESQ than the band alone (docs/eval/fullband.md).
+   With `extend_band` false nothing is added above the cut-off (`limit_band`: the restoration faded out
+   over RAMP_HZ below it).
 
 5. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
    at the level it was trained at and its output is scaled back by the same factor
@@ -245,7 +247,7 @@ def limit_band(codec, est: torch.Tensor, cutoffs: list[list[float | None]], span
     `cutoffs`: per row, one per span (file) in order, the frequency above which its input holds nothing
     but a floor (restore.bandwidth.limit), or None (full band: left as it is). A band-limited input
     (a phone line, a low-pass) carries nothing above its cut-off that a restoration could restore: what
-    the model puts there is its guess at the missing band, which only `extend_band` asks for. The fade
+    the model puts there is its guess at the missing band, which `extend_band` false declines. The fade
     (`band_gain`) is smooth over RAMP_HZ, where the input itself falls to its floor, so the output rings
     no more than the input's own low-pass does."""
     s = codec.spectrum(est)
@@ -262,8 +264,8 @@ def limit_band(codec, est: torch.Tensor, cutoffs: list[list[float | None]], span
 def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: torch.Tensor | None,
            spans: Spans | None = None, cutoffs: list[list[float | None]] | None = None) -> torch.Tensor:
     """The sampler's full-strength result x (B, T, D) -> the latents to decode: strength, keeping the
-    input, the input's spectral balance, then nothing above a band-limited input's cut-off unless
-    `post.extend_band`. `lin` (linear_estimate) is needed when the strength is not 1. `spans`: the
+    input, the input's spectral balance, then nothing above a band-limited input's cut-off where
+    `post.extend_band` is false. `lin` (linear_estimate) is needed when the strength is not 1. `spans`: the
     frames of each file in each row, where files share a window (None: one file a row); `cutoffs`: each
     span's cut-off (`limit_band`; None: every file full band)."""
     if post.strength != 1.0:
