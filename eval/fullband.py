@@ -214,8 +214,8 @@ def restore(clips: list[dict], out: Path, model: Path | None) -> None:
             for system, options in runs:
                 dst = out / system / f"{c['clip']}.wav"
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                if not dst.exists():
-                    r.restore_file(src, dst, **options)
+                # made anew on every run: outputs left by other code or options would be measured as these
+                r.restore_file(src, dst, overwrite=True, **options)
 
 
 # ---- measuring ----

@@ -32,3 +32,19 @@ def test_measure_reads_levels_against_the_reference():
     assert max(abs(row[f"after_third_{round(c)}_db"]) for c in ef.THIRDS) < 0.01
     assert row["before_above8_db"] < -60                      # nothing above the model's band
     assert row["input_pause8_db"] == 0.0 and row["after_pause8_db"] < -20  # the noise only the input has
+
+
+def test_restore_makes_every_output_anew(tiny_model, tmp_path):
+    """An output left by an earlier run (other code, other options) is not measured as this run's."""
+    import soundfile as sf
+
+    sr = 16000
+    t = np.arange(sr) / sr
+    (tmp_path / "degraded").mkdir()
+    sf.write(tmp_path / "degraded" / "c.wav", (0.1 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), sr)
+    stale = tmp_path / "after" / "c.wav"
+    stale.parent.mkdir()
+    sf.write(stale, np.zeros(sr, np.float32), sr)
+    ef.restore([{"clip": "c", "kind": "clean"}], tmp_path, tiny_model)
+    assert np.abs(sf.read(stale)[0]).max() > 0  # the zeros left there were replaced by a restoration
+    assert (tmp_path / "before" / "c.wav").exists()
