@@ -526,7 +526,7 @@ class InlineWriter:
 
 
 def writer_threads():
-    return [t.name for t in threading.enumerate() if t.name in ("restore-read", "restore-write")]
+    return [t.name for t in threading.enumerate() if t.name.startswith(("restore-read", "restore-write"))]
 
 
 def a_folder(folder):
@@ -582,6 +582,40 @@ def test_the_writer_thread_gives_what_finishing_in_the_callers_thread_gives(rest
     for name in names:
         assert (tmp_path / "threaded" / name).read_bytes() == (tmp_path / "inline" / name).read_bytes(), name
     assert writer_threads() == []
+
+
+def test_reading_ahead_on_threads_gives_what_one_reader_gives(restorer, live_model, tmp_path):
+    """Short files opened and read on a pool (as the cuda plan does): the same files, byte for byte, and
+    the same results in the same order, a long file read in order between them; stopping early leaves no
+    temporary file and no reading thread."""
+    folder = a_folder(tmp_path / "in")
+    more = [(write(tmp_path / "in" / f"s{k}.wav", speechlike(1.3, 16000, seed=10 + k), 16000), f"s{k}.wav")
+            for k in range(8)]
+    (tmp_path / "in" / "late.wav").write_text("not audio either")
+    more.insert(6, (tmp_path / "in" / "late.wav", "late.wav"))
+    pairs = lambda out: folder(out) + [(src, out / name) for src, name in more]  # noqa: E731
+    plan = replace(resolve_plan("cpu"), read_threads=3)
+    mine = lambda r: str(r) if isinstance(r, Exception) else {  # noqa: E731
+        k: v for k, v in r.to_dict().items() if k not in ("output", "seconds_wall", "realtime_factor")}
+    with Restorer(live_model, plan=plan, window=WindowConfig(seconds=3.0, overlap=0.5)) as threaded:
+        assert threaded.plan.read_threads == 3
+        ahead = [(src.name, mine(rep)) for src, _, rep in
+                 threaded.restore_files(pairs(tmp_path / "ahead"), batch_rows=2, **FAST)]
+        one = [(src.name, mine(rep)) for src, _, rep in
+               restorer.restore_files(pairs(tmp_path / "one"), batch_rows=2, **FAST)]
+        # the files in the same order; a file that cannot be opened is said as soon as it is found
+        assert dict(ahead) == dict(one) and len(one) == 17
+        assert [n for n, r in ahead if isinstance(r, dict)] == [n for n, r in one if isinstance(r, dict)]
+        names = sorted(p.name for p in (tmp_path / "one").iterdir())
+        assert names == sorted(p.name for p in (tmp_path / "ahead").iterdir()) and len(names) == 15
+        for name in names:
+            assert (tmp_path / "ahead" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+        assert writer_threads() == []
+        results = threaded.restore_files(pairs(tmp_path / "stopped"), **FAST)
+        next(results)
+        results.close()
+        assert writer_threads() == []
+        assert not [p.name for p in (tmp_path / "stopped").iterdir() if p.name.startswith(".")]
 
 
 def test_a_file_that_fails_to_write_is_reported_and_the_others_finish(restorer, tmp_path, monkeypatch):

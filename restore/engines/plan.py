@@ -41,6 +41,7 @@ class Plan:
     engine: str = "torch"           # main engine: "torch" or "mlx"
     worker_backend: str = "torch"   # the worker's chunks: "torch" (CPU) or "coreml" (Neural Engine, macOS)
     noise_threads: int = 0          # threads drawing the sampler's noise a step ahead (0: inline; restore/pipeline/noise.py)
+    read_threads: int = 1           # threads opening and reading short files ahead of the engine (restore/pipeline/restorer.py)
 
 
 def apple_silicon() -> bool:
@@ -126,6 +127,14 @@ def gpu_noise_threads() -> int:
     return max(1, min(8, (os.cpu_count() or 2) - 2))
 
 
+def gpu_read_threads() -> int:
+    """CPU threads opening and reading a folder's short files while a GPU samples: a file costs several
+    milliseconds of decoding, measuring and resampling, and a GPU restores a window of them in less, so
+    one thread leaves it waiting. A quarter of the cores, 1 to 4. The cpu plan reads on one thread: its
+    cores run the model."""
+    return max(1, min(4, (os.cpu_count() or 2) // 4))
+
+
 def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: str | None, cuda: bool) -> Plan:
     if name not in PLANS:
         raise ValueError(f"{option('plan')} must be one of {', '.join(PLANS)}, got {name!r}")
@@ -146,7 +155,7 @@ def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: st
     if name == "cuda":
         if not device.startswith("cuda"):
             raise ValueError(f"{option('plan', 'cuda')} needs a CUDA device ({option('device', 'cuda')})")
-        return Plan("cuda", device, torch.bfloat16, noise_threads=gpu_noise_threads())
+        return Plan("cuda", device, torch.bfloat16, noise_threads=gpu_noise_threads(), read_threads=gpu_read_threads())
     if name == "split":
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         return Plan("split", device, dtype, worker=True, split=True, mlp_share=mlp_share)
@@ -157,4 +166,4 @@ def _resolve(name: str, device: str, mlp_share: float | None, worker_backend: st
     return Plan("cpu", "cpu", torch.float32, batch_branches=False)
 
 
-__all__ = ["COMPILE_MODES", "PLANS", "Plan", "apple_engines", "apple_silicon", "gpu_noise_threads", "resolve_plan"]
+__all__ = ["COMPILE_MODES", "PLANS", "Plan", "apple_engines", "apple_silicon", "gpu_noise_threads", "gpu_read_threads", "resolve_plan"]

@@ -1,12 +1,14 @@
 """Restoring files: windows through an engine's sampler loop, codec work overlapped with sampling,
 short files packed into shared windows, windows of several files batched into one loop when asked
-(`batch_rows`), and the files' writing on a thread of its own beside the engine."""
+(`batch_rows`), short files read ahead on a pool where the plan has cores to spare, and the files'
+writing on a thread of its own beside the engine."""
 
 from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -153,29 +155,35 @@ class Restorer:
                     samples, key, chars, levels = sizing(src, options, self.sample_rate)
                 except Exception:  # opening it says why, below
                     samples, key, chars, levels = None, None, 0, None
-                yield (src, dst, levels), samples, key, chars
+                yield (src, dst, levels, samples), samples, key, chars
 
         # files share windows only where the engine can keep them apart (Engine.masks)
         planned = (pack(sized(), self.geometry, max_tokens) if self.engine.masks
                    else ([(item, 0)] for item, *_ in sized()))
 
-        def all_windows() -> Iterator[Window]:
-            for group in planned:
-                jobs = []
-                for (src, dst, levels), offset in group:
-                    try:
-                        job = FileJob(src, dst, options, model_rate=self.sample_rate, geometry=self.geometry,
-                                      settings=settings, overwrite=overwrite, tracer=self.tracer,
-                                      max_tokens=max_tokens, levels=levels)
-                    except RestoreError as e:
-                        failed.append((_path(src), _path(dst), e))
-                        job = None
-                    else:
-                        open_jobs.add(job)
-                    jobs.append((job, offset))
-                yield from group_windows(jobs)
+        def open_group(group) -> tuple[list[Window], list[tuple]]:
+            """A planned group's files opened (each a job with a temporary output, or a failure) and
+            its windows read: those of a file longer than a window as the engine comes to them."""
+            jobs, failures = [], []
+            for (src, dst, levels, _), offset in group:
+                try:
+                    job = FileJob(src, dst, options, model_rate=self.sample_rate, geometry=self.geometry,
+                                  settings=settings, overwrite=overwrite, tracer=self.tracer,
+                                  max_tokens=max_tokens, levels=levels)
+                except RestoreError as e:
+                    failures.append((_path(src), _path(dst), e))
+                    job = None
+                else:
+                    open_jobs.add(job)
+                jobs.append((job, offset))
+            return group_windows(jobs), failures
 
-        batches = _prefetch(_batched(all_windows(), batch_rows))
+        def long(group) -> bool:
+            samples = group[0][0][3]
+            return len(group) == 1 and samples is not None and samples > self.geometry.length
+
+        windows = _read_ahead(planned, open_group, long, failed, self.plan.read_threads)
+        batches = _prefetch(_batched(windows, batch_rows))
         try:
             yield from self._deliver(batches, cfg, post, progress, failed, open_jobs)
         finally:
@@ -310,15 +318,56 @@ def _path(value):
     return Path(value) if isinstance(value, (str, os.PathLike)) else value
 
 
+def _read_ahead(planned: Iterable[list], open_group: Callable, long: Callable[[list], bool], failed: list,
+                threads: int) -> Iterator[Window]:
+    """The windows of the planned groups, in order. `open_group(group)` opens a group's files -> (its
+    windows, the failures); the failures go into `failed` as its windows come due, so they are said with
+    the batch they belong to whatever is read ahead. With `threads` > 1, groups that fill at most one
+    window are opened and read on a pool of that many threads, up to 2 * threads groups ahead (a GPU
+    restores a window of short files in less time than one thread takes to open them); a `long` file's
+    windows are read in order as they come due, never held whole. Closing this generator cancels what
+    has not started and waits for what has, so every job opened is in the caller's hands."""
+    def due(opened) -> Iterator[Window]:
+        windows, failures = opened
+        failed.extend(failures)
+        yield from windows
+
+    if threads <= 1:
+        for group in planned:
+            yield from due(open_group(group))
+        return
+    def read(group) -> tuple[list[Window], list[tuple]]:
+        windows, failures = open_group(group)
+        return list(windows), failures
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="restore-read")
+    ahead: deque = deque()
+    try:
+        for group in planned:
+            ahead.append(group if long(group) else pool.submit(read, group))
+            while len(ahead) > 2 * threads:
+                item = ahead.popleft()
+                yield from due(item.result() if isinstance(item, Future) else open_group(item))
+        while ahead:
+            item = ahead.popleft()
+            yield from due(item.result() if isinstance(item, Future) else open_group(item))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _batched(windows: Iterator[Window], rows: int) -> Iterator[list[Window]]:
     batch: list[Window] = []
-    for w in windows:
-        batch.append(w)
-        if sum(x.wave.shape[0] for x in batch if x.wave is not None) >= rows:
+    try:
+        for w in windows:
+            batch.append(w)
+            if sum(x.wave.shape[0] for x in batch if x.wave is not None) >= rows:
+                yield batch
+                batch = []
+        if batch:
             yield batch
-            batch = []
-    if batch:
-        yield batch
+    finally:
+        if hasattr(windows, "close"):
+            windows.close()  # a reader's pool stops here (_read_ahead)
 
 
 def _prefetch(batches: Iterator[list[Window]], depth: int = 2) -> Iterator[list[Window]]:
@@ -338,6 +387,9 @@ def _prefetch(batches: Iterator[list[Window]], depth: int = 2) -> Iterator[list[
             q.put(end)
         except BaseException as e:  # surface reading errors in the consumer
             q.put(e)
+        finally:
+            if hasattr(batches, "close"):
+                batches.close()  # in this thread: whatever reads ahead has stopped before the thread ends
 
     thread = threading.Thread(target=produce, daemon=True, name="restore-read")
     thread.start()
