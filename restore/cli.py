@@ -50,6 +50,7 @@ def restore(
     guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
     strength: Annotated[Optional[float], typer.Option(help="How much of the model's correction to apply on top of its gentle linear estimate, 0-2 (default: the model's setting, else 1).")] = None,
     keep_input: Annotated[Optional[str], typer.Option("--keep-input", help="Keep the input where the restoration took out less than this many dB below itself (higher keeps less), or 'off' (default: the model's setting, else off).")] = None,
+    shifts: Annotated[Optional[int], typer.Option(help="Restore each window this many times, 1-8, at offsets of the model's frame grid, and average (default: the model's setting; 1 is the fastest).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sampler noise; the same seed gives the same output.")] = 0,
     transcript: Annotated[Optional[str], typer.Option(help="Transcript text, or a .txt file. Default: a sidecar NAME.txt if present.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
@@ -78,7 +79,7 @@ def restore(
             options = RestoreOptions(sampler=sampler.value, steps=steps, guidance=guidance, strength=strength,
                                      keep_input=keep_input, seed=seed, transcript=transcript, channels=channels.value,
                                      sample_rate=sample_rate, level=level.value,
-                                     extend_band=None if band is None else band.value == "extend")
+                                     extend_band=None if band is None else band.value == "extend", shifts=shifts)
             code = api.run(input, output, options, device=device, plan=plan.value, format=format, overwrite=overwrite,
                            model=model, report=report, batch=batch, trace=trace, mlp_share=mlp_share,
                            compile=compile.value, cluster=cluster, progress=not quiet and sys.stderr.isatty())

@@ -101,6 +101,8 @@ class SamplerConfig(BaseConfig):
     churn: float = 0.3         # fresh noise per step, as a fraction of ancestral sampling's (0: ODE)
     refine_from: float = 1.0   # 1: the steps draw the signal from pure noise; below 1: they refine the
                                # one-step estimate re-noised to this flow time (sampling.schedule)
+    shifts: int = 1            # each window restored at this many offsets of the codec's frame grid, within
+                               # one hop, and the results averaged (pipeline.windows.spin)
 
     def schedule(self):
         from .sampling import schedule

@@ -24,6 +24,7 @@ LEVEL_MODES = ("input", "model")
 STRENGTH_RANGE = (0.0, 2.0)
 KEEP_RANGE_DB = (-20.0, 40.0)
 KEEP_OFF = "off"
+MAX_SHIFTS = 8                      # restorations of a window at grid offsets (more gained nothing measurable)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class RestoreOptions:
     level: str = "input"               # input: as loud as the input; model: as the model restores it
     extend_band: bool | None = None    # let the model fill a band-limited input above its cut-off; None:
                                        # the model's setting (the shipped model: yes)
+    shifts: int | None = None          # restorations of each window at offsets of the codec's frame grid,
+                                       # averaged (SamplerConfig.shifts); None: the model's setting
 
     def __post_init__(self):
         _choice("sampler", self.sampler, SAMPLERS)
@@ -50,6 +53,8 @@ class RestoreOptions:
             raise UsageError(f"{option('extend_band')} must be True, False or None, got {self.extend_band!r}")
         if self.steps is not None:
             at_least("steps", self.steps, 1)
+        if self.shifts is not None and at_least("shifts", self.shifts, 1) > MAX_SHIFTS:
+            raise UsageError(f"{option('shifts')} must be 1-{MAX_SHIFTS}, got {self.shifts}")
         if self.guidance is not None and _number("guidance", self.guidance) < 0:
             raise UsageError(f"{option('guidance')} must be 0 or more, got {self.guidance}")
         lo, hi = STRENGTH_RANGE
@@ -93,6 +98,8 @@ class RestoreOptions:
                                  f"'{self.sampler}' runs the guidance branches (the first "
                                  f"{sampler.guided_until:g} of the steps do, rounded); use {option('steps', 2)} "
                                  f"or more")
+        if self.shifts is not None:
+            sampler = dataclasses.replace(sampler, shifts=self.shifts)
         if self.strength is not None:
             post = dataclasses.replace(post, strength=self.strength)
         if self.keep_input is not None:

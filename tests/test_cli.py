@@ -105,6 +105,15 @@ def test_strength_reaches_the_sampler_and_the_report(cli, tmp_path):
     assert bad.exit_code != 0 and "between 0 and 2" in bad.output and not (tmp_path / "out2.wav").exists()
 
 
+def test_shifts_reach_the_sampler_and_the_report(cli, tmp_path):
+    src = put(tmp_path / "in.wav", 1.0)
+    result = cli(src, "-o", tmp_path / "out.wav", "--shifts", "3", "--report", tmp_path / "r.json")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["files"][0]["sampler"]["shifts"] == 3
+    bad = cli(src, "-o", tmp_path / "out2.wav", "--shifts", "0")
+    assert bad.exit_code != 0 and "shifts must be at least 1" in bad.output and not (tmp_path / "out2.wav").exists()
+
+
 def test_level_reaches_the_writer_and_the_report_in_folder_runs(cli, tmp_path):
     (tmp_path / "in").mkdir()
     put(tmp_path / "in" / "a.wav", 1.0)

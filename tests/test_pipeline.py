@@ -105,6 +105,23 @@ def test_seed_gives_the_same_output(restorer, live_model, tmp_path):
     np.testing.assert_array_equal(a, restored(tmp_path / "e.wav")[0])
 
 
+def test_grid_offsets_restore_each_window_several_times_and_average(restorer, tmp_path):
+    """`shifts` restores every window at that many offsets of the frame grid and averages them: the
+    output moves (the copies differ), stays the input's length, is the same on every run, and the
+    report records the setting; a single offset is the plain restoration."""
+    src = write(tmp_path / "in.wav", speechlike(SECONDS, 16000), 16000)
+    one = restorer.restore_file(src, tmp_path / "one.wav", **FAST)
+    plain = restorer.restore_file(src, tmp_path / "plain.wav", shifts=1, **FAST)
+    two = restorer.restore_file(src, tmp_path / "two.wav", shifts=2, **FAST)
+    again = restorer.restore_file(src, tmp_path / "again.wav", shifts=2, **FAST)
+    a, p, b, c = (restored(tmp_path / f"{n}.wav")[0] for n in ("one", "plain", "two", "again"))
+    assert one.sampler["shifts"] == plain.sampler["shifts"] == 1 and two.sampler["shifts"] == again.sampler["shifts"] == 2
+    np.testing.assert_array_equal(a, p)
+    np.testing.assert_array_equal(b, c)
+    assert a.shape == b.shape and not np.allclose(a, b, atol=1e-4)
+    assert np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.9  # the same restoration, averaged over offsets
+
+
 def test_channels_auto_identical_restores_once(restorer, tmp_path):
     src = write(tmp_path / "in.wav", stereo(SECONDS, 16000, identical=True), 16000)
     rep = restorer.restore_file(src, tmp_path / "out.wav", channels="auto", **FAST)
@@ -148,6 +165,9 @@ def test_bad_channels_and_rate_options(restorer, tmp_path):
         restorer.restore_file(src, tmp_path / "out.wav", sample_rate=1000, **FAST)
     with pytest.raises(UsageError, match="^steps must be at least 1"):
         restorer.restore_file(src, tmp_path / "out.wav", sampler="flash", steps=0)
+    for shifts, said in ((0, "at least 1, got 0"), (9, "1-8, got 9"), (2.0, "a whole number, got 2.0")):
+        with pytest.raises(UsageError, match=f"^shifts must be {said}$"):
+            restorer.restore_file(src, tmp_path / "out.wav", shifts=shifts, **FAST)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]
 
 
@@ -445,16 +465,18 @@ def test_short_files_share_windows_and_come_back_as_they_went_in(restorer, tmp_p
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(files)  # no temporary file left
 
 
-def test_shared_windows_are_cut_back_to_the_sample(restorer, tmp_path, monkeypatch):
+@pytest.mark.parametrize("shifts", [1, 2, 3])
+def test_shared_windows_are_cut_back_to_the_sample(restorer, tmp_path, monkeypatch, shifts):
     """With the sampler's result replaced by the input's own latents (the codec inverts exactly), every
-    file packed into a shared window comes back as it went in, sample for sample."""
+    file packed into a shared window comes back as it went in, sample for sample; also from windows
+    restored at several offsets of the frame grid (each copy moved back by its own)."""
     monkeypatch.setattr(Restorer, "_sample", lambda self, batch, obs, *a, **k: obs)
     seen = spy_windows(monkeypatch)
     rng = np.random.default_rng(0)
     inputs = {f"f{i}.wav": rng.uniform(-0.5, 0.5, (int(s * 16000), c)).astype(np.float32)
               for i, (s, c) in enumerate([(0.9, 1), (0.61, 1), (1.234, 1), (0.5, 1), (1.1, 2), (0.77, 2)])}
     pairs = [(write(tmp_path / name, x, 16000, subtype="FLOAT"), tmp_path / "out" / name) for name, x in inputs.items()]
-    list(restorer.restore_files(pairs, level="model", **FAST))
+    list(restorer.restore_files(pairs, level="model", shifts=shifts, **FAST))
     assert max(len(w) for w in seen) >= 2 and len(seen) < len(inputs)
     for (src, out), x in zip(pairs, inputs.values()):
         y, _ = sf.read(out, dtype="float32", always_2d=True)
@@ -478,11 +500,13 @@ def test_a_single_short_file_is_restored_as_before_packing(restorer, tmp_path, m
     assert float(np.sqrt(np.mean(y ** 2))) == pytest.approx(0.0306916, rel=1e-5)
 
 
-def test_a_file_sharing_a_window_is_restored_apart_from_its_neighbours(live_model, tmp_path, monkeypatch):
+@pytest.mark.parametrize("shifts", [1, 2])
+def test_a_file_sharing_a_window_is_restored_apart_from_its_neighbours(live_model, tmp_path, monkeypatch, shifts):
     """The model must not carry one file's damage or voice into another: with the neighbour in the
     middle of a shared window replaced by loud noise, the files either side of it come out the same, to
-    float rounding. (The semantic features are made 30x louder than the tiny model's own: leaks through
-    them, the convolutions' reach or the GroupNorms' statistics, then move the output 1e-6 to 2e-5.)"""
+    float rounding, also where each window is restored at two offsets of the frame grid. (The semantic
+    features are made 30x louder than the tiny model's own: leaks through them, the convolutions' reach
+    or the GroupNorms' statistics, then move the output 1e-6 to 2e-5.)"""
     files = weights.load(live_model)
     state = {k: v * 30 if k.startswith("encoder.out.") else v for k, v in files.state.items()}
     weights.save(tmp_path / "loud", files.model, files.codec, state, dtype=torch.float32)
@@ -491,7 +515,7 @@ def test_a_file_sharing_a_window_is_restored_apart_from_its_neighbours(live_mode
     names = ["a.wav", "b.wav", "c.wav"]
     for name, seed in zip(names, (1, 2, 3)):
         write(tmp_path / "in" / name, speechlike(0.5, 16000, seed=seed), 16000, subtype="FLOAT")
-    opts = dict(sampler="pro", steps=2, seed=4, strength=0.5, keep_input=6.0)
+    opts = dict(sampler="pro", steps=2, seed=4, strength=0.5, keep_input=6.0, shifts=shifts)
     pairs = lambda out: [(tmp_path / "in" / n, tmp_path / out / n) for n in names]  # noqa: E731
     list(restorer.restore_files(pairs("one"), **opts))
     noise = np.random.default_rng(5).uniform(-0.9, 0.9, 8000).astype(np.float32)

@@ -211,3 +211,24 @@ def test_frame_groups_give_each_part_its_frames_and_their_reach():
     # a window of one file is all its own, its padding included
     assert (frame_groups([Part("x", 0, 0, 100)], 64, 16, reach=3) == 1).all()
     assert extents(frame_groups([Part("x", 0, 0, 100)], 64, 16)) == [(0, 64)]
+
+
+def test_spin_and_unspin_move_each_copy_by_its_grid_offset_and_back():
+    import torch
+
+    from restore.pipeline.windows import grid_offsets, spin, unspin
+
+    assert grid_offsets(1, 256) == [0] and grid_offsets(2, 256) == [0, 128] and grid_offsets(3, 256) == [0, 85, 170]
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 1000)).astype(np.float32))
+    offsets = grid_offsets(4, 256)
+    spun = spin(x, offsets)
+    assert spun.shape == (8, 1000)
+    for k, s in enumerate(offsets):  # copy k is the window delayed by its offset, zeros before it
+        np.testing.assert_array_equal(spun[2 * k : 2 * k + 2, s:].numpy(), x[:, : 1000 - s].numpy())
+        assert not spun[2 * k : 2 * k + 2, :s].any()
+    np.testing.assert_allclose(unspin(spun.numpy(), offsets), x.numpy(), rtol=0, atol=1e-6)
+    # copies that differ are averaged where they cover a sample; the window's last samples by fewer
+    moved = spun.numpy() + np.repeat(np.arange(4, dtype=np.float32), 2)[:, None]
+    back = unspin(moved, offsets)
+    np.testing.assert_allclose(back[:, :1000 - offsets[-1]] - x[:, :1000 - offsets[-1]].numpy(), 1.5, atol=1e-5)
+    np.testing.assert_allclose(back[:, -1] - x[:, -1].numpy(), 0.0, atol=1e-6)  # the first copy alone

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -61,9 +61,11 @@ class Window:
     parts: list[Part]          # the files it holds, in order: one, or several short ones packed together
     texts: list[str | None]    # one transcript per row
 
-    def groups(self, frames: int, hop: int, reach: int) -> np.ndarray:
-        """Which part each latent frame belongs to, 0 for silence (windows.frame_groups)."""
-        return frame_groups(self.parts, frames, hop, reach)
+    def groups(self, frames: int, hop: int, reach: int, offset: int = 0) -> np.ndarray:
+        """Which part each latent frame belongs to, 0 for silence (windows.frame_groups), with the
+        window's audio delayed by `offset` samples (windows.spin)."""
+        parts = [replace(p, offset=p.offset + offset) for p in self.parts] if offset else self.parts
+        return frame_groups(parts, frames, hop, reach)
 
     def noise(self, frames: int, hop: int) -> list[tuple[int, int]]:
         """(seed, frames) for each part's run of frames (windows.spans): a file's window k draws from

@@ -32,7 +32,7 @@ from . import post as post_mod
 from .job import FileJob, FileReport, Window, group_windows, sizing
 from .loop import generate_latents, noise_draws
 from .noise import WindowNoise
-from .windows import Geometry, extents, pack
+from .windows import Geometry, extents, grid_offsets, pack, spin, unspin
 
 
 @dataclass
@@ -250,47 +250,52 @@ class Restorer:
         with its restored windows (rows, L) at the model rate."""
         eng = self.engine
         live = lambda b: [w for w in b if w.wave is not None]
+        offsets = grid_offsets(cfg.shifts, self.codec.hop)
+        waves = lambda b: spin(torch.cat([w.wave for w in live(b)]), offsets)  # noqa: E731
         nxt = next(batches, None)
-        enc = eng.encode_async(torch.cat([w.wave for w in live(nxt)]), urgent=True) if nxt and live(nxt) else None
+        enc = eng.encode_async(waves(nxt), urgent=True) if nxt and live(nxt) else None
         pending = None
         k = 0
         while nxt is not None:
             cur, obs = nxt, (eng.result(enc) if enc is not None else None)
             nxt = next(batches, None)
-            enc = eng.encode_async(torch.cat([w.wave for w in live(nxt)])) if nxt and live(nxt) else None
+            enc = eng.encode_async(waves(nxt)) if nxt and live(nxt) else None
             latents = None
             if obs is not None:
                 with self.tracer.span(f"batch {k + 1}", "pipeline"):
                     latents = self._sample(live(cur), obs, cfg, post, progress)
                 eng.idle()  # between batches the worker's engine has no branch to run
             if pending is not None:
-                yield self._split(*pending)
+                yield self._split(*pending, offsets)
             pending = (eng.decode_async(latents) if latents is not None else None, cur)
             k += 1
         if pending is not None:
-            yield self._split(*pending)
+            yield self._split(*pending, offsets)
 
     @torch.inference_mode()
     def _sample(self, batch: list[Window], obs: torch.Tensor, cfg: SamplerConfig, post: PostConfig, progress
                 ) -> torch.Tensor:
-        """One sampler loop over a batch of windows, then the post-processing -> latents (R, T, D). Each
-        file's frames draw their noise from its own generator, seeded by (seed, window index), and are
-        post-processed on their own: the audio does not depend on batching."""
-        wave = torch.cat([w.wave for w in batch])
+        """One sampler loop over a batch of windows, then the post-processing -> latents (R, T, D), R the
+        windows' rows once per grid offset (`SamplerConfig.shifts`, windows.spin: `obs` holds them so).
+        Each file's frames draw their noise from its own generator, seeded by (seed, window index), the
+        same at every offset, and are post-processed on their own: the audio does not depend on batching."""
+        offsets = grid_offsets(cfg.shifts, self.codec.hop)
+        wave = spin(torch.cat([w.wave for w in batch]), offsets)
         frames, hop = obs.shape[1], self.codec.hop
         # files sharing a window: the model hears each apart from the others, each is post-processed
-        # on its own frames (windows.frame_groups, extents)
-        groups = [g for w in batch for g in [w.groups(frames, hop, self.reach)] * w.wave.shape[0]]
+        # on its own frames (windows.frame_groups, extents), found where the offset puts them
+        groups = [g for s in offsets for w in batch for g in [w.groups(frames, hop, self.reach, s)] * w.wave.shape[0]]
         shared = any(len(w.parts) > 1 for w in batch)
         schedule = cfg.schedule()
-        self.engine.begin_window(wave, obs, [t for w in batch for t in w.texts],
+        self.engine.begin_window(wave, obs, [t for _ in offsets for w in batch for t in w.texts],
                                  torch.from_numpy(np.stack(groups)) if shared else None, any(schedule.guided))
-        noise = WindowNoise([w.noise(frames, hop) for w in batch], [w.wave.shape[0] for w in batch],
+        drawn = WindowNoise([w.noise(frames, hop) for w in batch], [w.wave.shape[0] for w in batch],
                             obs.shape[1:], noise_draws(cfg), self.plan.device, self.noise_pool)
+        noise = drawn if len(offsets) == 1 else (lambda: drawn().repeat(len(offsets), 1, 1))
         spans = [extents(g) for g in groups]
         # each file's cut-off, where its input is band-limited below the model's band (restore.bandwidth)
         cutoffs = [[bandwidth.limit(p.job.levels.cutoff_hz, self.sample_rate) for p in w.parts]
-                   for w in batch for _ in range(w.wave.shape[0])]
+                   for _ in offsets for w in batch for _ in range(w.wave.shape[0])]
         first = batch[0].parts[0]
         start = noise().float().to(self.plan.device)
         skip = self.skip.bind(obs) if self.skip is not None else None
@@ -301,8 +306,10 @@ class Restorer:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
         return post_mod.finish(self.codec, post, obs, latents, lin, spans, cutoffs)
 
-    def _split(self, handle, batch: list[Window]) -> tuple[list[Window], list[np.ndarray]]:
-        audio = self.engine.result(handle).float().cpu().numpy() if handle is not None else None
+    def _split(self, handle, batch: list[Window], offsets: list[int]) -> tuple[list[Window], list[np.ndarray]]:
+        """A batch's restored audio, the copies at each grid offset averaged (windows.unspin), cut into
+        its windows (rows, L)."""
+        audio = unspin(self.engine.result(handle).float().cpu().numpy(), offsets) if handle is not None else None
         outs, row = [], 0
         for w in batch:
             if w.wave is None:

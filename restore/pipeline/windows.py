@@ -100,6 +100,37 @@ def extents(groups: np.ndarray) -> list[tuple[int, int]]:
     return [(int(f[0]), int(f[-1]) + 1) for f in found if len(f)]
 
 
+def grid_offsets(shifts: int, hop: int) -> list[int]:
+    """The offsets (samples) at which a window is restored when it is restored `shifts` times: evenly
+    spaced within one hop of the codec's frame grid, 0 first."""
+    return [k * hop // shifts for k in range(shifts)]
+
+
+def spin(wave, offsets: list[int]):
+    """(rows, N) window audio (a torch tensor) -> (len(offsets) * rows, N): a copy delayed by each offset,
+    zeros before it, cut to the window."""
+    import torch
+
+    n = wave.shape[1]
+    return torch.cat([wave if s == 0 else torch.nn.functional.pad(wave[:, : n - s], (s, 0)) for s in offsets])
+
+
+def unspin(audio: np.ndarray, offsets: list[int]) -> np.ndarray:
+    """The inverse of `spin` on restored audio, averaged: (len(offsets) * rows, N) -> (rows, N), each copy
+    moved back by its offset; a sample covered by fewer copies (the last of the window) is the mean of
+    those that cover it."""
+    k = len(offsets)
+    if k == 1:
+        return audio
+    rows, n = audio.shape[0] // k, audio.shape[1]
+    total = np.zeros((rows, n), audio.dtype)
+    count = np.zeros(n, audio.dtype)
+    for i, s in enumerate(offsets):
+        total[:, : n - s] += audio[i * rows : (i + 1) * rows, s:]
+        count[: n - s] += 1
+    return total / count
+
+
 OPEN_WINDOWS = 4  # windows of one key kept open for later files to fill (first fit)
 
 
