@@ -343,21 +343,25 @@ def _read_ahead(planned: Iterable[list], open_group: Callable, long: Callable[[l
         for group in planned:
             yield from due(open_group(group))
         return
+
     def read(group) -> tuple[list[Window], list[tuple]]:
         windows, failures = open_group(group)
         return list(windows), failures
 
     pool = ThreadPoolExecutor(threads, thread_name_prefix="restore-read")
-    ahead: deque = deque()
+    ahead: deque = deque()  # futures of short groups, or long groups to open when due
+
+    def oldest() -> Iterator[Window]:
+        item = ahead.popleft()
+        return due(item.result() if isinstance(item, Future) else open_group(item))
+
     try:
         for group in planned:
             ahead.append(group if long(group) else pool.submit(read, group))
             while len(ahead) > 2 * threads:
-                item = ahead.popleft()
-                yield from due(item.result() if isinstance(item, Future) else open_group(item))
+                yield from oldest()
         while ahead:
-            item = ahead.popleft()
-            yield from due(item.result() if isinstance(item, Future) else open_group(item))
+            yield from oldest()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
