@@ -75,6 +75,8 @@ class ModelConfig(BaseConfig):
     norm_eps: float = 1e-6
     time_dim: int = 256       # sinusoidal timestep features
     precondition: str = "none"  # "obs_skip": the network predicts what the best linear estimator cannot
+    source: str = "noise"     # where the flow starts at t = 1: "noise", or "observation" (the degraded
+    source_sigma: float = 1.0  # latents plus noise of this scale: a bridge; restore/sampling/source.py)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     text: TextConfig = field(default_factory=TextConfig)
 

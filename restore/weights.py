@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, PostConfig, SamplerConfig
 from .errors import InputError, option
+from .sampling.source import SOURCES
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 15 * 1024 * 1024  # under 16 MiB: the limit of files that come back from the GPU machine
@@ -118,8 +119,12 @@ def load(folder: str | Path | None = None) -> ModelFiles:
         if name not in SAMPLER_PRESETS or unknown:
             raise InputError(f"{folder}: config.json 'samplers' has an unknown sampler or setting "
                              f"({name!r}: {unknown})")
-    return ModelFiles(ModelConfig.from_dict(config.get("model")), CodecConfig.from_dict(config.get("codec")),
-                      state, config.get("info", {}), samplers)
+    model = ModelConfig.from_dict(config.get("model"))
+    if model.source not in SOURCES or (model.source != "noise" and not model.source_sigma > 0):
+        raise InputError(f"{folder}: config.json 'model' has an unknown flow source or scale "
+                         f"({model.source!r}, source_sigma {model.source_sigma!r}: choose {' or '.join(SOURCES)}, "
+                         f"a scale above 0)")
+    return ModelFiles(model, CodecConfig.from_dict(config.get("codec")), state, config.get("info", {}), samplers)
 
 
 def build_model(files: ModelFiles, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
@@ -144,7 +149,7 @@ def build_skip(files: ModelFiles, device: str | torch.device = "cpu"):
         return None
     from .model.precondition import ObsSkip
 
-    skip = ObsSkip(files.codec.latent_dim)
+    skip = ObsSkip(files.codec.latent_dim, source=files.model.source, source_sigma=files.model.source_sigma)
     prefix = "skip."
     try:
         skip.load_state_dict({k[len(prefix):]: v.float() for k, v in files.state.items() if k.startswith(prefix)})

@@ -1,6 +1,7 @@
 """The observation skip: its math against a Gaussian model where the answer is known, its parameters'
 round trip through the weights, and the sampler loop applying it to raw engine outputs."""
 
+import pytest
 import torch
 
 from restore import weights
@@ -40,6 +41,39 @@ def test_linear_part_is_the_least_squares_estimate_and_c_its_spread():
             for da in (-0.1, 0.1):  # any other gain on y does worse
                 worse = -m + (a + da) * (x - (1 - t) * m)
                 assert (worse - target).square().mean().item() > mse
+
+
+def test_with_the_observation_as_source_the_linear_part_is_still_the_least_squares_estimate():
+    from restore.sampling import Source
+
+    g = torch.Generator().manual_seed(1)
+    n = 400_000
+    for t in (0.1, 0.5, 0.9, 1.0):
+        for var, sigma in ((0.3, 0.5), (1.0, 0.2)):
+            m, mu = torch.randn(n, generator=g) * 2.0, torch.randn(n, generator=g)
+            x0 = m + var**0.5 * torch.randn(n, generator=g)
+            z = mu + sigma * torch.randn(n, generator=g)
+            x, target = (1 - t) * x0 + t * z, z - x0
+            source = Source(mu, sigma)
+            v = skip_velocity(torch.zeros_like(x), x, t, m, torch.tensor(var), source)
+            mse = (v - target).square().mean().item()
+            a, c = skip_coefficients(torch.tensor(t), torch.tensor(var), sigma)
+            assert abs(mse - c.item() ** 2) < 0.02 * c.item() ** 2 + 1e-4, (t, var, sigma, mse, c.item() ** 2)
+            for da in (-0.1, 0.1):
+                worse = mu - m + (a + da) * (x - (1 - t) * m - t * mu)
+                assert (worse - target).square().mean().item() > mse
+
+
+def test_an_unconditioned_row_of_a_bridge_still_starts_from_the_observation():
+    skip = ObsSkip(4, source="observation", source_sigma=0.5)
+    obs, x, raw = torch.randn(1, 3, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 4)
+    from restore.sampling import Source
+    with torch.no_grad():
+        u = skip.velocity(raw, x, 0.7, obs, False)
+        var_u = skip.logvar[1].exp()
+        assert torch.allclose(u, skip_velocity(raw, x, 0.7, 0.0, var_u, Source(obs, 0.5)))
+    with pytest.raises(ValueError, match="unknown flow source"):
+        ObsSkip(4, source="silence")
 
 
 def test_raw_output_is_scaled_by_c():

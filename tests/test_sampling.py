@@ -53,6 +53,54 @@ def test_samples_have_the_data_distribution(churn):
     assert abs(x0.std().item() - S) < 0.01
 
 
+Y, SIGMA = -0.7, 0.4  # a bridge: the path starts from the observation Y plus noise of scale SIGMA
+
+
+def bridge_velocity(x, t):
+    # x_t = (1 - t) x0 + t (Y + SIGMA eps): E[z - x0 | x_t] is linear in x_t as well
+    m = (1 - t) * MU + t * Y
+    var = (1 - t) ** 2 * S**2 + t**2 * SIGMA**2
+    cov = t * SIGMA**2 - (1 - t) * S**2  # Cov(z - x0, x_t)
+    return (Y - MU) + cov / var * (x - m)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("churn", [0.0, 0.3, 1.0])
+def test_a_bridge_from_the_observation_samples_the_data_distribution(churn):
+    from restore.sampling import Source
+
+    source = Source(torch.tensor(Y, dtype=torch.float64), SIGMA)
+    g = torch.Generator().manual_seed(0)
+    x = source.sample(torch.randn(200_000, generator=g, dtype=torch.float64))
+    assert abs(x.mean().item() - Y) < 0.01 and abs(x.std().item() - SIGMA) < 0.01  # starts at the observation
+    ts = timesteps(256).tolist()
+    for i in range(256):
+        noise = torch.randn(x.shape, generator=g, dtype=torch.float64) if churn else None
+        x = step(x, bridge_velocity(x, ts[i]), ts[i], ts[i + 1], churn, noise, source)
+    assert abs(x.mean().item() - MU) < 0.01
+    assert abs(x.std().item() - S) < 0.01
+
+
+def test_the_noise_source_is_the_plain_path():
+    from restore.sampling import NOISE, source_for
+
+    g = torch.Generator().manual_seed(0)
+    x, v, noise, obs = (torch.randn(2, 3, 4, generator=g) for _ in range(4))
+    assert source_for("noise", 0.3, obs) is NOISE and torch.equal(NOISE.sample(noise), noise)
+    c = 0.4  # what renoise_fraction gives is tested above; here only the arithmetic
+    x0, eps = x - 0.7 * v, x + 0.3 * v
+    plain = 0.5 * x0 + 0.5 * (math.sqrt(1 - c * c) * eps + c * noise)
+    from restore.sampling.samplers import renoise_fraction
+    churn = c / renoise_fraction(0.7, 0.5, 1.0)
+    assert torch.allclose(step(x, v, 0.7, 0.5, churn, noise), plain, atol=1e-6)
+    # the bridge re-noises around the observation: the same draw lands t_next (1 - sqrt(1 - c^2)) obs away
+    bridge = source_for("observation", 1.0, obs)
+    assert torch.allclose(step(x, v, 0.7, 0.5, churn, noise, bridge) - plain,
+                          0.5 * (1 - math.sqrt(1 - c * c)) * obs, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown flow source"):
+        source_for("silence", 1.0, obs)
+
+
 def test_renoise_fraction():
     from restore.sampling.samplers import renoise_fraction
     assert renoise_fraction(0.5, 0.4, 0.0) == 0.0

@@ -18,10 +18,10 @@ from restore.training.trainer import TrainConfig, Trainer, lr_scale
 from tests.conftest import TINY_MODEL
 
 
-def trainer(train_data_dir, out, init=None, precondition="obs_skip", seed=0, **train):
+def trainer(train_data_dir, out, init=None, precondition="obs_skip", seed=0, model=None, **train):
     cfg = TrainConfig(**{"batch": 2, "window_seconds": 4.096, "compile": False, "bf16": False, "warmup": 5,
                          "lr": 1e-3, "seed": seed, "log_every": 5, "val_every": 1000, "minutes": 0.0, **train})
-    model = ModelConfig.from_dict({**TINY_MODEL, "precondition": precondition})
+    model = ModelConfig.from_dict({**TINY_MODEL, "precondition": precondition, **(model or {})})
     return Trainer(cfg, model, CodecConfig(scale=3.0), train_data_dir, out, device="cpu", init=init)
 
 
@@ -55,6 +55,27 @@ def test_validation_reports_the_skip_model_and_export_loads(train_data_dir, tmp_
     assert files.info["degrade_config"]["p_gain"] == 0.0  # what the run degraded with (training drops gain)
     assert weights.build_skip(files) is not None and weights.build_model(files) is not None
     json.loads((tmp_path / "export" / "config.json").read_text())  # valid JSON with the format version
+
+
+@pytest.mark.slow
+def test_a_bridge_trains_on_paths_from_the_observation_and_exports_its_source(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run", model={"source": "observation", "source_sigma": 0.5})
+    _, degraded, *_ = batch = tr.batch()
+    obs = tr.codec.encode(degraded)
+    eps = torch.randn(obs.shape)
+    assert torch.allclose(tr.source(obs).sample(eps), obs + 0.5 * eps)
+    # the same weights learn a different task from the noise path: the first steps' losses differ
+    plain = trainer(train_data_dir, tmp_path / "plain")
+    assert abs(tr.train_step(batch).item() - plain.train_step(batch).item()) > 1e-3
+    for _ in range(2):
+        assert torch.isfinite(tr.train_step(tr.batch()))
+    v = tr.validate(steps=2)
+    assert all(np.isfinite(x) for x in v.values())
+    tr.export(tmp_path / "export")
+    files = weights.load(tmp_path / "export")
+    assert (files.model.source, files.model.source_sigma) == ("observation", 0.5)
+    skip = weights.build_skip(files)
+    assert (skip.source, skip.source_sigma) == ("observation", 0.5)
 
 
 def test_init_from_a_model_without_the_skip_restarts_only_the_output_layer(train_data_dir, tmp_path):

@@ -110,3 +110,14 @@ def test_unknown_sampler_presets_are_refused(tmp_path, samplers):
     weights.save(tmp_path, cfg, codec, model.state_dict(), samplers=samplers)
     with pytest.raises(InputError, match="samplers"):
         weights.load(tmp_path)
+
+
+@pytest.mark.parametrize("source", [{"source": "silence"}, {"source": "observation", "source_sigma": 0.0}])
+def test_an_unknown_flow_source_is_refused_on_loading(tmp_path, source):
+    cfg, codec, model = tiny()
+    weights.save(tmp_path, cfg, codec, model.state_dict())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["model"].update(source)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="flow source"):
+        weights.load(tmp_path)

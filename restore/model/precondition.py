@@ -12,17 +12,22 @@ import torch
 from torch import nn
 
 from ..sampling.precondition import skip_velocity
+from ..sampling.source import source_for
 
 
 class ObsSkip(nn.Module):
-    def __init__(self, dim: int, gain: float = 0.5, var_cond: float = 0.3, var_uncond: float = 0.6):
+    def __init__(self, dim: int, gain: float = 0.5, var_cond: float = 0.3, var_uncond: float = 0.6,
+                 source: str = "noise", source_sigma: float = 1.0):
         super().__init__()
+        source_for(source, source_sigma, torch.zeros(()))  # an unknown kind fails here, not mid-restoration
+        self.source, self.source_sigma = source, source_sigma  # the path's start (ModelConfig.source)
         self.gain = nn.Parameter(torch.full((dim,), gain))
         self.logvar = nn.Parameter(torch.tensor([[math.log(var_cond)] * dim, [math.log(var_uncond)] * dim]))
 
     def velocity(self, raw: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float, obs: torch.Tensor,
                  use_cond: torch.Tensor | bool) -> torch.Tensor:
-        """Rows with use_cond (B,) (or a bool for all rows) take the observation as prior mean."""
+        """Rows with use_cond (B,) (or a bool for all rows) take the observation as prior mean. The path's
+        source is the same for every row: an unconditioned row of a bridge still starts from the observation."""
         gain, logvar = self.gain.float(), self.logvar.float()
         if isinstance(use_cond, bool):
             mean = gain * obs.float() if use_cond else torch.zeros((), device=x.device)
@@ -31,7 +36,7 @@ class ObsSkip(nn.Module):
             c = use_cond.to(x.device)[:, None, None]
             mean = torch.where(c, gain * obs.float(), 0.0)
             var = torch.where(c, logvar[0].exp(), logvar[1].exp())
-        return skip_velocity(raw, x, t, mean, var)
+        return skip_velocity(raw, x, t, mean, var, source_for(self.source, self.source_sigma, obs))
 
     def bind(self, obs: torch.Tensor) -> "BoundSkip":
         return BoundSkip(self, obs)

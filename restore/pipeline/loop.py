@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..config import SamplerConfig
-from ..sampling import combine, step
+from ..sampling import NOISE, Source, combine, step
 
 
 def fresh_noise_steps(cfg: SamplerConfig) -> list[bool]:
@@ -22,18 +22,19 @@ def noise_draws(cfg: SamplerConfig) -> int:
     return 1 + sum(fresh_noise_steps(cfg))
 
 
-def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
+def generate_latents(engine, start: torch.Tensor, cfg: SamplerConfig,
                      generator: torch.Generator | Callable[[], torch.Tensor],
-                     device: torch.device | str = "cpu", skip=None) -> Iterator[tuple[int, torch.Tensor]]:
-    """noise (B, T, D) drawn at t = 1 -> yields (step index, x) down to t = 0, one per network evaluation
-    of the sampler's schedule. `skip` (a BoundSkip, for models with the observation skip) turns the
-    engine's raw outputs into velocities.
+                     device: torch.device | str = "cpu", skip=None, source: Source = NOISE
+                     ) -> Iterator[tuple[int, torch.Tensor]]:
+    """start (B, T, D), the source sample at t = 1 (`source.sample` of the first noise drawn) -> yields
+    (step index, x) down to t = 0, one per network evaluation of the sampler's schedule. `skip` (a
+    BoundSkip, for models with the observation skip) turns the engine's raw outputs into velocities.
 
     Fresh noise for stochastic steps comes from the CPU (a generator, or a function drawing one tensor
     of x's shape from per-window generators), so a seed gives the same audio on every engine and plan."""
     plan = cfg.schedule()
     ts, guided, fresh_steps = plan.times, plan.guided, plan.fresh_noise()
-    x = noise.float().to(device)
+    x = start.float().to(device)
     for i in range(plan.evaluations):
         vs = engine.velocities(x, ts[i], guided[i])
         if skip is not None:
@@ -42,5 +43,5 @@ def generate_latents(engine, noise: torch.Tensor, cfg: SamplerConfig,
         fresh = None
         if fresh_steps[i]:
             fresh = (generator() if callable(generator) else torch.randn(x.shape, generator=generator)).to(device)
-        x = step(x, v.to(device), ts[i], ts[i + 1], plan.churn[i], fresh)
+        x = step(x, v.to(device), ts[i], ts[i + 1], plan.churn[i], fresh, source)
         yield i, x

@@ -28,6 +28,7 @@ from ..engines.trace import Tracer
 from ..errors import RestoreError, UsageError
 from ..model.encoder import reach as encoder_reach
 from ..options import RestoreOptions, at_least
+from ..sampling import source_for
 from . import post as post_mod
 from .job import FileJob, FileReport, Window, group_windows, sizing
 from .loop import generate_latents, noise_draws
@@ -297,11 +298,13 @@ class Restorer:
         cutoffs = [[bandwidth.limit(p.job.levels.cutoff_hz, self.sample_rate) for p in w.parts]
                    for _ in offsets for w in batch for _ in range(w.wave.shape[0])]
         first = batch[0].parts[0]
-        start = noise().float().to(self.plan.device)
+        model = self.files.model
+        source = source_for(model.source, model.source_sigma, obs.to(self.plan.device))
+        start = source.sample(noise().float().to(self.plan.device))
         skip = self.skip.bind(obs) if self.skip is not None else None
         lin = post_mod.linear_estimate(skip, start, cfg) if post.strength != 1.0 else None
         latents, evaluations = None, schedule.evaluations
-        for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip):
+        for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip, source):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
         return post_mod.finish(self.codec, post, obs, latents, lin, spans, cutoffs)

@@ -23,6 +23,7 @@ from .. import weights
 from ..codec import build_codec
 from ..config import BaseConfig, CodecConfig, ModelConfig
 from ..model.dit import DiT, count_parameters
+from ..sampling import source_for
 from ..sampling import step as rf_step
 from ..sampling import timesteps
 from .batches import PRODUCERS, BatchMaker, BatchSpec, batches
@@ -251,6 +252,7 @@ class Trainer:
         b = x0.shape[0]
         t = self.draw_t(b)
         eps = torch.randn(x0.shape, device=self.device, generator=self.dgen)
+        z = self.source(obs).sample(eps)  # the path's other end: pure noise, or the observation and noise
         start = x0
         weight = None
         own = int(round(cfg.p_own_estimate * b))  # a fixed count keeps the step's shapes static
@@ -265,7 +267,7 @@ class Trainer:
             # error magnified 1/t. Weighting those rows by t^2 scores them in clean-latent terms, so that
             # they do not drown the rest of the batch.
             weight = torch.cat([t_own.square(), torch.ones_like(t[own:])])
-        xt, target = flow_path(x0, start, eps, t)
+        xt, target = flow_path(x0, start, z, t)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
         if self.model.skip is not None:
@@ -330,17 +332,21 @@ class Trainer:
         ramp = min(1.0, (self.step + 1) / max(cfg.adv_warmup, 1))
         return ramp * (cfg.adv_weight * adv + cfg.fm_weight * fm)
 
+    def source(self, obs: torch.Tensor):
+        """The model's flow source for a batch with observation latents obs (restore/sampling/source.py)."""
+        return source_for(self.model_cfg.source, self.model_cfg.source_sigma, obs)
+
     @torch.no_grad()
     def own_estimate(self, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
-        """The EMA model's one-step estimate of the clean latents (from pure noise at t = 1), (B, T, D)."""
+        """The EMA model's one-step estimate of the clean latents (from the source at t = 1), (B, T, D)."""
         b = obs.shape[0]
-        eps = torch.randn(obs.shape, device=self.device, generator=self.dgen)
+        z = self.source(obs).sample(torch.randn(obs.shape, device=self.device, generator=self.dgen))
         one = torch.ones(b, device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
-            v = self.ema_forward(eps, one, degraded, obs, use_cond, ids, mask)
+            v = self.ema_forward(z, one, degraded, obs, use_cond, ids, mask)
         if self.ema.skip is not None:
-            v = self.ema.skip.velocity(v, eps, one, obs, use_cond)
-        return eps - v.float()
+            v = self.ema.skip.velocity(v, z, one, obs, use_cond)
+        return z - v.float()
 
     # ---- validation ----
     @torch.no_grad()
@@ -353,7 +359,8 @@ class Trainer:
         ids, mask = text_mod.batch([None] * b, self.model_cfg.text.max_tokens, self.device)
         use = torch.ones(b, dtype=torch.bool, device=self.device)
         g = torch.Generator(device=self.device).manual_seed(123)
-        eps = torch.randn(x0.shape, device=self.device, generator=g)
+        source = self.source(obs)
+        z = source.sample(torch.randn(x0.shape, device=self.device, generator=g))  # the source sample
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
             ctx = self.ema.context(deg, obs, use, ids, mask)
 
@@ -364,24 +371,24 @@ class Trainer:
 
             # How well the conditions alone predict the clean latents (t = 1), against the degraded
             # input's own latents as the estimate: the crux of restoration from pure noise.
-            v1 = vel(eps, 1.0)
-            one = eps - v1  # the one-step estimate, what a one-step sampler outputs
+            v1 = vel(z, 1.0)
+            one = z - v1  # the one-step estimate, what a one-step sampler outputs
             x0_err = ((one - x0).square().mean() / x0.square().mean()).item()
             mel_1step, mel_input = self.mel(one, x0).item(), self.mel(obs, x0).item()
             obs_err = ((obs - x0).square().mean() / x0.square().mean()).item()
             losses = []
             for tv in (0.2, 0.5, 0.8):
-                v = vel((1 - tv) * x0 + tv * eps, tv)
-                losses.append((v - (eps - x0)).square().mean().item())
-            x = eps
+                v = vel((1 - tv) * x0 + tv * z, tv)
+                losses.append((v - (z - x0)).square().mean().item())
+            x = z
             ts = timesteps(steps, 1.0).tolist()
             for i in range(steps):
-                x = rf_step(x, vel(x, ts[i]), ts[i], ts[i + 1])
+                x = rf_step(x, vel(x, ts[i]), ts[i], ts[i + 1], source=source)
             # refining the one-step estimate: re-noised to t = 0.5, then four Euler steps to 0
-            r = 0.5 * one + 0.5 * torch.randn(x0.shape, device=self.device, generator=g)
+            r = 0.5 * one + 0.5 * source.sample(torch.randn(x0.shape, device=self.device, generator=g))
             rs = [0.5, 0.375, 0.25, 0.125, 0.0]
             for i in range(4):
-                r = rf_step(r, vel(r, rs[i]), rs[i], rs[i + 1])
+                r = rf_step(r, vel(r, rs[i]), rs[i], rs[i + 1], source=source)
         out, out1, outr = self.codec.decode(x), self.codec.decode(one), self.codec.decode(r)
         rate = self.codec.config.sample_rate
         return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
@@ -465,13 +472,13 @@ class Trainer:
                 last_ckpt = clock
 
 
-def flow_path(x0: torch.Tensor, start: torch.Tensor, eps: torch.Tensor, t: torch.Tensor):
-    """The point x_t (B, T, D) on the straight path from `start` to the noise at flow time t (B,), and the
-    velocity target whose clean estimate x_t - t v is x0: eps - x0 where the path starts from the clean
-    latents, plus the share of the start's error that x_t carries where it starts from an estimate."""
+def flow_path(x0: torch.Tensor, start: torch.Tensor, z: torch.Tensor, t: torch.Tensor):
+    """The point x_t (B, T, D) on the straight path from `start` to the source sample z at flow time t (B,),
+    and the velocity target whose clean estimate x_t - t v is x0: z - x0 where the path starts from the
+    clean latents, plus the share of the start's error that x_t carries where it starts from an estimate."""
     tt = t[:, None, None]
-    xt = (1 - tt) * start + tt * eps
-    return xt, eps - x0 + (1 - tt) / tt.clamp_min(1e-3) * (start - x0)
+    xt = (1 - tt) * start + tt * z
+    return xt, z - x0 + (1 - tt) / tt.clamp_min(1e-3) * (start - x0)
 
 
 def lr_scale(elapsed: float, budget: float, decay: float) -> float:
