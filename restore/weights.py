@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import SAMPLER_PRESETS, CodecConfig, ModelConfig, PostConfig, SamplerConfig
 from .errors import InputError, option
-from .sampling.source import SOURCES
+from .sampling.source import check_source
 
 FORMAT_VERSION = 1
 SHARD_BYTES = 15 * 1024 * 1024  # under 16 MiB: the limit of files that come back from the GPU machine
@@ -120,10 +120,10 @@ def load(folder: str | Path | None = None) -> ModelFiles:
             raise InputError(f"{folder}: config.json 'samplers' has an unknown sampler or setting "
                              f"({name!r}: {unknown})")
     model = ModelConfig.from_dict(config.get("model"))
-    if model.source not in SOURCES or (model.source != "noise" and not model.source_sigma > 0):
-        raise InputError(f"{folder}: config.json 'model' has an unknown flow source or scale "
-                         f"({model.source!r}, source_sigma {model.source_sigma!r}: choose {' or '.join(SOURCES)}, "
-                         f"a scale above 0)")
+    try:
+        check_source(model.source, model.source_sigma)
+    except ValueError as e:
+        raise InputError(f"{folder}: config.json 'model': {e}") from None
     return ModelFiles(model, CodecConfig.from_dict(config.get("codec")), state, config.get("info", {}), samplers)
 
 

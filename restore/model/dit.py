@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import CodecConfig, ModelConfig
-from ..sampling.source import SOURCES
+from ..sampling.source import check_source
 from .encoder import SemanticEncoder, TextEncoder, timestep_features
 from .layers import Block, RMSNorm, group_mask, rotary_tables
 from .precondition import ObsSkip
@@ -63,8 +63,7 @@ class DiT(nn.Module):
         self.out = nn.Linear(c, d)
         if config.precondition not in ("none", "obs_skip"):
             raise ValueError(f"unknown precondition {config.precondition!r}: choose none or obs_skip")
-        if config.source not in SOURCES:
-            raise ValueError(f"unknown flow source {config.source!r}: choose {' or '.join(SOURCES)}")
+        check_source(config.source, config.source_sigma)
         # velocity() returns the raw network output; with obs_skip the sampler loop and the trainer turn
         # it into a velocity (ObsSkip.velocity), so that every engine computes the network alone
         self.skip = ObsSkip(d, source=config.source, source_sigma=config.source_sigma) \

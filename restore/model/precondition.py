@@ -12,14 +12,14 @@ import torch
 from torch import nn
 
 from ..sampling.precondition import skip_velocity
-from ..sampling.source import source_for
+from ..sampling.source import check_source, source_for
 
 
 class ObsSkip(nn.Module):
     def __init__(self, dim: int, gain: float = 0.5, var_cond: float = 0.3, var_uncond: float = 0.6,
                  source: str = "noise", source_sigma: float = 1.0):
         super().__init__()
-        source_for(source, source_sigma, torch.zeros(()))  # an unknown kind fails here, not mid-restoration
+        check_source(source, source_sigma)  # fails here, not mid-restoration
         self.source, self.source_sigma = source, source_sigma  # the path's start (ModelConfig.source)
         self.gain = nn.Parameter(torch.full((dim,), gain))
         self.logvar = nn.Parameter(torch.tensor([[math.log(var_cond)] * dim, [math.log(var_uncond)] * dim]))

@@ -39,12 +39,15 @@ class Source:
 NOISE = Source()
 
 
+def check_source(kind: str, sigma: float) -> None:
+    """Refuse a source a model cannot have (ValueError)."""
+    if kind not in SOURCES:
+        raise ValueError(f"unknown flow source {kind!r}: choose {' or '.join(SOURCES)}")
+    if kind == "observation" and not sigma > 0:
+        raise ValueError(f"the observation as flow source needs source_sigma > 0, got {sigma!r}")
+
+
 def source_for(kind: str, sigma: float, obs: torch.Tensor) -> Source:
     """The source of a model whose config says `kind` and `sigma`, for a batch with observation latents obs."""
-    if kind == "noise":
-        return NOISE
-    if kind == "observation":
-        if not sigma > 0:
-            raise ValueError(f"a flow from the observation needs source_sigma > 0, got {sigma}")
-        return Source(obs.float(), float(sigma))
-    raise ValueError(f"unknown flow source {kind!r}: choose {' or '.join(SOURCES)}")
+    check_source(kind, sigma)
+    return NOISE if kind == "noise" else Source(obs.float(), float(sigma))
