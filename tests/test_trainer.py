@@ -15,6 +15,7 @@ from restore import weights
 from restore.config import CodecConfig, ModelConfig
 from restore.model.dit import DiT
 from restore.training.trainer import TrainConfig, Trainer, lr_scale
+from restore.training import trainer as trainer_mod
 from tests.conftest import TINY_MODEL
 
 
@@ -273,3 +274,26 @@ def test_the_discriminators_can_see_clean_speech_with_its_floor_lowered(train_da
 def test_adversarial_terms_without_rows_at_t_one_are_refused(train_data_dir, tmp_path):
     with pytest.raises(ValueError, match="t_one"):
         trainer(train_data_dir, tmp_path / "run", adv_weight=0.1)
+    with pytest.raises(ValueError, match="adv_t_min"):
+        trainer(train_data_dir, tmp_path / "run", adv_weight=0.1, t_one=0.5, adv_t_min=1.5)
+
+
+def test_the_discriminators_judge_the_rows_from_adv_t_min_up(train_data_dir, tmp_path, monkeypatch):
+    """With adv_t_min below 1 the estimates of the later steps' flow times are judged too, and nothing
+    needs to be drawn at t = 1; at 1 only the one-step sampler's rows are."""
+    seen = []
+    real_loss = trainer_mod.discriminator_loss
+
+    def spy(disc, real, fake, weight):
+        seen.append(weight.clone())
+        return real_loss(disc, real, fake, weight)
+
+    monkeypatch.setattr(trainer_mod, "discriminator_loss", spy)
+    for t_min, t_one in ((1.0, 0.5), (0.3, 0.0)):
+        tr = trainer(train_data_dir, tmp_path / str(t_min), adv_weight=0.5, adv_warmup=1, adv_seconds=1.0,
+                     d_channels=4, t_one=t_one, adv_t_min=t_min)
+        drawn = []
+        monkeypatch.setattr(tr, "draw_t", lambda b, f=tr.draw_t: drawn.append(f(b)) or drawn[-1])
+        tr.train_step(tr.batch())
+        assert torch.equal(seen[-1], (drawn[-1] >= t_min).float())
+    assert seen[-1].sum() > 0  # rows below t = 1 were judged

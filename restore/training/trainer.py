@@ -62,8 +62,11 @@ class TrainConfig(BaseConfig):
                                 # estimate instead of the clean latents, at a flow time in own_t: the later
                                 # steps of a sampler that refines that estimate see exactly such inputs
     own_t: tuple = (0.1, 0.7)
-    adv_weight: float = 0.0     # weight of the discriminators' verdict on the one-step estimate (adversarial.py);
+    adv_weight: float = 0.0     # weight of the discriminators' verdict on the clean estimates (adversarial.py);
                                 # 0 with fm_weight 0: no discriminators. Added to the objective, not the logged loss
+    adv_t_min: float = 1.0      # the rows whose clean estimate x_t - t v is judged: those at flow time t >= this.
+                                # 1: the one-step sampler's estimate only; lower: every step's estimate a sampler
+                                # passes through from there down, so that the late steps' are judged as well
     fm_weight: float = 0.0      # weight of the discriminators' feature matching, likewise
     adv_warmup: int = 300       # steps over which both weights rise from 0, while the discriminators learn
     adv_seconds: float = 2.0    # the crop of each window they judge (the same crop of the clean and the estimate)
@@ -148,8 +151,11 @@ class Trainer:
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
         self.disc = self.opt_d = None
         if cfg.adv_weight > 0 or cfg.fm_weight > 0:
-            if cfg.t_one <= 0:
-                raise ValueError("the adversarial terms judge the one-step estimates, at t = 1: set t_one > 0")
+            if not 0.0 <= cfg.adv_t_min <= 1.0:
+                raise ValueError(f"adv_t_min {cfg.adv_t_min} is not a flow time in [0, 1]")
+            if cfg.t_one <= 0 and cfg.adv_t_min >= 1.0:
+                raise ValueError("the adversarial terms judge the one-step estimates, at t = 1: set t_one > 0 "
+                                 "(or adv_t_min < 1)")
             self.disc = MultiResolutionDiscriminator(cfg.d_channels).to(self.device)
             rep.broadcast_parameters(self.disc)
             self.opt_d = torch.optim.AdamW(self.disc.parameters(), lr=cfg.d_lr, betas=(0.8, 0.99),
@@ -304,7 +310,7 @@ class Trainer:
 
     def adversarial(self, x0: torch.Tensor, est: torch.Tensor, t: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
         """One discriminator step on a crop of each window (the clean latents x0 against the estimates of the rows at
-        t = 1, the one-step sampler's), then the generator's weighted adversarial and feature-matching
+        t >= adv_t_min: at 1, the one-step sampler's), then the generator's weighted adversarial and feature-matching
         terms of the same crops, to be added to its objective."""
         cfg = self.cfg
         b, frames = x0.shape[:2]
@@ -314,7 +320,7 @@ class Trainer:
         start = start.clamp(max=frames - n)
         real = self.codec.decode(crop_frames(x0, start, n))
         fake = self.codec.decode(crop_frames(est, start, n))
-        judged = (t >= 1.0).float()
+        judged = (t >= cfg.adv_t_min).float()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
                                   enabled=cfg.bf16 and self.device.type == "cuda")
         self.disc.requires_grad_(True)
