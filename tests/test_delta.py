@@ -1,5 +1,6 @@
 """A run's model packed as its 8-bit move from its start, and rebuilt (restore/training/delta.py)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -83,6 +84,20 @@ def test_models_of_other_shapes_are_refused(start, tmp_path):
     weights.save(tmp_path / "other", files.model, files.codec, wider)
     with pytest.raises(InputError, match="different parameters"):
         pack(tmp_path / "other", start, tmp_path / "packed")
+
+
+def test_a_run_continued_into_a_bridge_packs_and_comes_back_with_its_source(start, tmp_path):
+    files = weights.load(_run_from(start, tmp_path / "run", 4))
+    bridge = dataclasses.replace(files.model, source="observation", source_sigma=0.5)
+    weights.save(tmp_path / "bridge", bridge, files.codec, files.state, files.info)
+    pack(tmp_path / "bridge", start, tmp_path / "packed")
+    unpack(tmp_path / "packed", start, tmp_path / "back")
+    back = weights.load(tmp_path / "back")
+    assert back.model == bridge and weights.load(start).model.source == "noise"
+    deeper = dataclasses.replace(files.model, layers=files.model.layers + 1)  # still refused
+    weights.save(tmp_path / "deeper", deeper, files.codec, files.state)
+    with pytest.raises(InputError, match="different architectures"):
+        pack(tmp_path / "deeper", start, tmp_path / "p2")
 
 
 def test_script_round_trip(start, tmp_path):
