@@ -113,8 +113,8 @@ def unpack(packed: str | Path, init: str | Path, out: str | Path) -> dict[str, A
 def _check_same(a: weights.ModelFiles, b: weights.ModelFiles, fa, fb) -> None:
     # where the flow starts (model.source) shapes no weight: a run continued into a bridge packs, and
     # unpacks with the trained model's config
-    flow = {"source": "noise", "source_sigma": 1.0}
-    if dataclasses.replace(a.model, **flow) != dataclasses.replace(b.model, **flow) or a.codec != b.codec:
+    same_flow = dataclasses.replace(a.model, source=b.model.source, source_sigma=b.model.source_sigma)
+    if same_flow != b.model or a.codec != b.codec:
         raise InputError(f"{fa} and {fb} have different architectures or codecs: a move between them cannot be packed")
     if a.state.keys() != b.state.keys() or any(a.state[k].shape != b.state[k].shape for k in a.state):
         raise InputError(f"{fa} and {fb} have different parameters: a move between them cannot be packed")
