@@ -14,6 +14,7 @@ import torch
 from restore import weights
 from restore.config import CodecConfig, ModelConfig
 from restore.model.dit import DiT
+from restore.sampling import timesteps
 from restore.training.trainer import TrainConfig, Trainer, lr_scale
 from restore.training import trainer as trainer_mod
 from tests.conftest import TINY_MODEL
@@ -219,6 +220,57 @@ def test_own_estimate_rows_start_from_the_models_estimate_and_aim_at_the_clean(t
         assert torch.isfinite(tr.train_step(tr.batch()))
     val = tr.validate(steps=1)
     assert {"val_lsd_refine", "val_si_sdr_refine", "val_high_db_refine"} <= set(val)
+
+
+def test_own_rows_are_the_samplers_own_states_after_k_of_its_steps(train_data_dir, tmp_path):
+    """With own_steps, the own rows are where the EMA model's own sampler stands after k steps (k cycling
+    through 1..N-1 with the step count), at that step's flow time, aimed at the clean latents."""
+    n = 4
+    tr = trainer(train_data_dir, tmp_path / "run", batch=4, p_own_estimate=0.5, own_steps=n, own_churn=0.0,
+                 model={"source": "observation", "source_sigma": 0.5})
+    grid = timesteps(n).tolist()
+    calls, seen = [], {}
+    ema_velocity, forward = tr.ema_velocity, tr.forward
+
+    def ema_spy(x, t, *rest):
+        v = ema_velocity(x, t, *rest)
+        calls.append((x.clone(), t.clone(), v.clone()))
+        return v
+
+    def spy(xt, t, *rest):
+        seen["xt"], seen["t"] = xt.detach().clone(), t.detach().clone()
+        return forward(xt, t, *rest)
+
+    tr.ema_velocity, tr.forward = ema_spy, spy
+    for k in (1, 2, 3, 1):
+        calls.clear()
+        batch = tr.batch()
+        tr.train_step(batch)
+        assert [c[1][0].item() for c in calls] == pytest.approx(grid[:k])
+        # churn 0: Euler steps of the flow, x_s = x_t + (s - t) v, each from the state the last one reached
+        state = calls[0][0]
+        for i, (x, _, v) in enumerate(calls):
+            assert torch.allclose(x, state, atol=1e-5)
+            state = x + (grid[i + 1] - grid[i]) * v
+        assert torch.allclose(seen["xt"][:2], state, atol=1e-5)
+        assert torch.allclose(seen["t"][:2], torch.full((2,), grid[k]))
+        # the other rows are on the straight path from the clean latents as before
+        assert not torch.allclose(seen["t"][2:], torch.full((2,), grid[k]))
+
+
+def test_stochastic_own_states_train_beside_the_discriminators(train_data_dir, tmp_path):
+    tr = trainer(train_data_dir, tmp_path / "run", batch=4, p_own_estimate=0.25, own_steps=8, own_churn=0.3,
+                 adv_weight=0.1, fm_weight=0.1, adv_warmup=1, adv_seconds=1.0, d_channels=4, t_one=0.5,
+                 model={"source": "observation", "source_sigma": 0.5})
+    for _ in range(3):
+        assert torch.isfinite(tr.train_step(tr.batch()))
+
+
+def test_own_steps_is_refused_where_it_means_nothing(train_data_dir, tmp_path):
+    with pytest.raises(ValueError, match="at least 2 steps"):
+        trainer(train_data_dir, tmp_path / "a", p_own_estimate=0.5, own_steps=1)
+    with pytest.raises(ValueError, match="needs p_own_estimate"):
+        trainer(train_data_dir, tmp_path / "b", own_steps=8)
 
 
 def test_flow_path_targets_the_clean_latents_from_any_start():

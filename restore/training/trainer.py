@@ -62,6 +62,12 @@ class TrainConfig(BaseConfig):
                                 # estimate instead of the clean latents, at a flow time in own_t: the later
                                 # steps of a sampler that refines that estimate see exactly such inputs
     own_t: tuple = (0.1, 0.7)
+    own_steps: int = 0          # 0: the own rows start from the one-step estimate on a fresh path at a time in
+                                # own_t. N >= 2: they are the states of the N-step sampler itself, run by the
+                                # EMA model from the source with churn own_churn, after k of its steps (k cycles
+                                # through 1..N-1 with the step count), at that step's flow time: the very
+                                # inputs its later steps meet, the model's own re-noised estimates included
+    own_churn: float = 0.3
     adv_weight: float = 0.0     # weight of the discriminators' verdict on the clean estimates (adversarial.py);
                                 # 0 with fm_weight 0: no discriminators. Added to the objective, not the logged loss
     adv_t_min: float = 1.0      # the rows whose clean estimate x_t - t v is judged: those at flow time t >= this.
@@ -150,6 +156,11 @@ class Trainer:
                                       {"params": no_decay, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda")
         self.disc = self.opt_d = None
+        if cfg.own_steps == 1 or cfg.own_steps < 0:
+            raise ValueError(f"own_steps {cfg.own_steps}: 0 (a fresh path from the one-step estimate) or a "
+                             "sampler of at least 2 steps")
+        if cfg.own_steps and not cfg.p_own_estimate > 0:
+            raise ValueError("own_steps sets where the own rows start: it needs p_own_estimate > 0")
         if cfg.adv_weight > 0 or cfg.fm_weight > 0:
             if not 0.0 <= cfg.adv_t_min <= 1.0:
                 raise ValueError(f"adv_t_min {cfg.adv_t_min} is not a flow time in [0, 1]")
@@ -262,18 +273,26 @@ class Trainer:
         start = x0
         weight = None
         own = int(round(cfg.p_own_estimate * b))  # a fixed count keeps the step's shapes static
+        state = None
         if own:
             # rows are in random order, so the first `own` rows are a random share of the batch
-            est = self.own_estimate(degraded[:own], obs[:own], use_cond[:own], ids[:own], mask[:own])
-            lo, hi = cfg.own_t
-            t_own = lo + (hi - lo) * torch.rand(own, device=self.device, generator=self.dgen)
+            cond = (degraded[:own], obs[:own], use_cond[:own], ids[:own], mask[:own])
+            if cfg.own_steps:
+                state, t_own = self.sampler_state(*cond)
+            else:
+                est = self.own_estimate(*cond)
+                lo, hi = cfg.own_t
+                t_own = lo + (hi - lo) * torch.rand(own, device=self.device, generator=self.dgen)
+                start = torch.cat([est, x0[own:]])
             t = torch.cat([t_own, t[own:]])
-            start = torch.cat([est, x0[own:]])
             # The target velocity from an estimate is (x_t - x0) / t: at low t its error is the clean-latent
             # error magnified 1/t. Weighting those rows by t^2 scores them in clean-latent terms, so that
             # they do not drown the rest of the batch.
             weight = torch.cat([t_own.square(), torch.ones_like(t[own:])])
         xt, target = flow_path(x0, start, z, t)
+        if state is not None:  # the sampler's state, aimed at the clean latents like every other row
+            xt = torch.cat([state, xt[own:]])
+            target = torch.cat([(state - x0[:own]) / t_own[:, None, None], target[own:]])
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
         if self.model.skip is not None:
@@ -343,16 +362,34 @@ class Trainer:
         return source_for(self.model_cfg.source, self.model_cfg.source_sigma, obs)
 
     @torch.no_grad()
+    def ema_velocity(self, x, t, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
+        """The EMA model's velocity at state x (B, T, D) and flow times t (B,), fp32."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
+            v = self.ema_forward(x, t, degraded, obs, use_cond, ids, mask)
+        if self.ema.skip is not None:
+            v = self.ema.skip.velocity(v, x, t, obs, use_cond)
+        return v.float()
+
     def own_estimate(self, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
         """The EMA model's one-step estimate of the clean latents (from the source at t = 1), (B, T, D)."""
-        b = obs.shape[0]
         z = self.source(obs).sample(torch.randn(obs.shape, device=self.device, generator=self.dgen))
-        one = torch.ones(b, device=self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
-            v = self.ema_forward(z, one, degraded, obs, use_cond, ids, mask)
-        if self.ema.skip is not None:
-            v = self.ema.skip.velocity(v, z, one, obs, use_cond)
-        return z - v.float()
+        return z - self.ema_velocity(z, torch.ones(obs.shape[0], device=self.device), degraded, obs, use_cond, ids, mask)
+
+    @torch.no_grad()
+    def sampler_state(self, degraded, obs, use_cond, ids, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """The EMA model's own_steps-step sampler (unguided, churn own_churn) from the source, stopped after
+        k = 1 + step mod (own_steps - 1) steps: (its state x_t (B, T, D), the flow time t (B,) it is at)."""
+        cfg = self.cfg
+        b = obs.shape[0]
+        grid = timesteps(cfg.own_steps).tolist()
+        k = 1 + self.step % (cfg.own_steps - 1)
+        source = self.source(obs)
+        x = source.sample(torch.randn(obs.shape, device=self.device, generator=self.dgen))
+        for i in range(k):
+            v = self.ema_velocity(x, torch.full((b,), grid[i], device=self.device), degraded, obs, use_cond, ids, mask)
+            noise = torch.randn(obs.shape, device=self.device, generator=self.dgen)
+            x = rf_step(x, v, grid[i], grid[i + 1], churn=cfg.own_churn, noise=noise, source=source)
+        return x, torch.full((b,), grid[k], device=self.device)
 
     # ---- validation ----
     @torch.no_grad()
