@@ -349,3 +349,33 @@ def test_the_discriminators_judge_the_rows_from_adv_t_min_up(train_data_dir, tmp
         tr.train_step(tr.batch())
         assert torch.equal(seen[-1], (drawn[-1] >= t_min).float())
     assert seen[-1].sum() > 0  # rows below t = 1 were judged
+
+
+def test_adv_own_judges_the_samplers_own_states_too(train_data_dir, tmp_path, monkeypatch):
+    """With adv_own the own rows (here the sampler's states, below t = 1) are judged beside the rows at
+    t >= adv_t_min; without it they are not."""
+    seen = []
+    real_loss = trainer_mod.discriminator_loss
+
+    def spy(disc, real, fake, weight):
+        seen.append(weight.clone())
+        return real_loss(disc, real, fake, weight)
+
+    monkeypatch.setattr(trainer_mod, "discriminator_loss", spy)
+    for adv_own in (False, True):
+        tr = trainer(train_data_dir, tmp_path / str(adv_own), batch=4, p_own_estimate=0.5, own_steps=4,
+                     adv_weight=0.5, fm_weight=0.5, adv_warmup=1, adv_seconds=1.0, d_channels=4, t_one=0.5,
+                     adv_own=adv_own)
+        drawn = []
+        monkeypatch.setattr(tr, "draw_t", lambda b, f=tr.draw_t: drawn.append(f(b)) or drawn[-1])
+        assert torch.isfinite(tr.train_step(tr.batch()))
+        rest = (drawn[-1][2:] >= 1.0).float()
+        assert torch.equal(seen[-1][2:], rest)  # the other rows: those at t = 1, as before
+        assert torch.equal(seen[-1][:2], torch.full((2,), float(adv_own)))  # the own rows at t = 3/4
+
+
+def test_adv_own_is_refused_without_own_rows_or_discriminators(train_data_dir, tmp_path):
+    with pytest.raises(ValueError, match="adv_own"):
+        trainer(train_data_dir, tmp_path / "a", adv_weight=0.1, t_one=0.5, adv_own=True)
+    with pytest.raises(ValueError, match="adv_own"):
+        trainer(train_data_dir, tmp_path / "b", p_own_estimate=0.5, adv_own=True)

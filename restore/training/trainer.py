@@ -73,6 +73,8 @@ class TrainConfig(BaseConfig):
     adv_t_min: float = 1.0      # the rows whose clean estimate x_t - t v is judged: those at flow time t >= this.
                                 # 1: the one-step sampler's estimate only; lower: every step's estimate a sampler
                                 # passes through from there down, so that the late steps' are judged as well
+    adv_own: bool = False       # judge the own rows' estimates as well (p_own_estimate): with own_steps, what the
+                                # sampler's later steps make of its own states, whatever adv_t_min says
     fm_weight: float = 0.0      # weight of the discriminators' feature matching, likewise
     adv_warmup: int = 300       # steps over which both weights rise from 0, while the discriminators learn
     adv_seconds: float = 2.0    # the crop of each window they judge (the same crop of the clean and the estimate)
@@ -161,12 +163,14 @@ class Trainer:
                              "sampler of at least 2 steps")
         if cfg.own_steps and not cfg.p_own_estimate > 0:
             raise ValueError("own_steps sets where the own rows start: it needs p_own_estimate > 0")
+        if cfg.adv_own and not (cfg.p_own_estimate > 0 and (cfg.adv_weight > 0 or cfg.fm_weight > 0)):
+            raise ValueError("adv_own judges the own rows: it needs p_own_estimate > 0 and adv_weight or fm_weight")
         if cfg.adv_weight > 0 or cfg.fm_weight > 0:
             if not 0.0 <= cfg.adv_t_min <= 1.0:
                 raise ValueError(f"adv_t_min {cfg.adv_t_min} is not a flow time in [0, 1]")
-            if cfg.t_one <= 0 and cfg.adv_t_min >= 1.0:
+            if cfg.t_one <= 0 and cfg.adv_t_min >= 1.0 and not cfg.adv_own:
                 raise ValueError("the adversarial terms judge the one-step estimates, at t = 1: set t_one > 0 "
-                                 "(or adv_t_min < 1)")
+                                 "(or adv_t_min < 1, or adv_own)")
             self.disc = MultiResolutionDiscriminator(cfg.d_channels).to(self.device)
             rep.broadcast_parameters(self.disc)
             self.opt_d = torch.optim.AdamW(self.disc.parameters(), lr=cfg.d_lr, betas=(0.8, 0.99),
@@ -312,7 +316,10 @@ class Trainer:
             if cfg.adv_real_floor_db > 0:
                 with torch.no_grad():
                     real = self.codec.encode(suppress_floor(clean, cfg.adv_real_floor_db))
-            objective = objective + self.adversarial(real, xt - t[:, None, None] * v, t, frame_mask)
+            judged = t >= cfg.adv_t_min
+            if cfg.adv_own:
+                judged[:own] = True
+            objective = objective + self.adversarial(real, xt - t[:, None, None] * v, judged, frame_mask)
         self.opt.zero_grad(set_to_none=True)
         objective.backward()
         self.replicas.average_gradients(self.model_params)
@@ -327,10 +334,12 @@ class Trainer:
             torch._foreach_lerp_(self.ema_params, self.model_params, 1 - d)
         return loss.detach()
 
-    def adversarial(self, x0: torch.Tensor, est: torch.Tensor, t: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
-        """One discriminator step on a crop of each window (the clean latents x0 against the estimates of the rows at
-        t >= adv_t_min: at 1, the one-step sampler's), then the generator's weighted adversarial and feature-matching
-        terms of the same crops, to be added to its objective."""
+    def adversarial(self, x0: torch.Tensor, est: torch.Tensor, judged: torch.Tensor, frame_mask: torch.Tensor
+                    ) -> torch.Tensor:
+        """One discriminator step on a crop of each window (the clean latents x0 against the estimates of the rows
+        `judged` (B,) bool: those at t >= adv_t_min, at 1 the one-step sampler's, and with adv_own the own rows),
+        then the generator's weighted adversarial and feature-matching terms of the same crops, to be added to
+        its objective."""
         cfg = self.cfg
         b, frames = x0.shape[:2]
         n = min(frames, max(1, round(cfg.adv_seconds * self.codec_cfg.sample_rate / self.codec.hop)))
@@ -339,7 +348,7 @@ class Trainer:
         start = start.clamp(max=frames - n)
         real = self.codec.decode(crop_frames(x0, start, n))
         fake = self.codec.decode(crop_frames(est, start, n))
-        judged = (t >= cfg.adv_t_min).float()
+        judged = judged.float()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
                                   enabled=cfg.bf16 and self.device.type == "cuda")
         self.disc.requires_grad_(True)
