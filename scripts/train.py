@@ -36,7 +36,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=None)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", default=None, help="model folder to start from (e.g. the shipped model); its "
-                    "model and codec settings are the run's unless --config sets them")
+                    "model and codec settings and the damage mixture it was trained on (info.degrade_config) "
+                    "are the run's unless --config sets them")
     ap.add_argument("--config", default="{}", help="JSON with optional model/codec/train/degrade sections")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--export-only", action="store_true", help="write out/export from the checkpoint and stop")
@@ -53,9 +54,11 @@ def main() -> None:
     init = weights.load(args.init) if args.init else None
     model = {**(init.model.to_dict() if init else {}), "precondition": "obs_skip", **over.get("model", {})}
     codec = {**(init.codec.to_dict() if init else DEFAULT_CODEC), **over.get("codec", {})}
+    # a continued model keeps the mixture it learnt on, setting by setting, unless --config moves it
+    degrade = {**(init.info.get("degrade_config", {}) if init else {}), **over.get("degrade", {})}
     trainer = Trainer(TrainConfig.from_dict(train), ModelConfig.from_dict(model), CodecConfig.from_dict(codec),
                       args.data, args.out,
-                      device=args.device, init=init, degrade_cfg=DegradeConfig.from_dict(over.get("degrade")))
+                      device=args.device, init=init, degrade_cfg=DegradeConfig.from_dict(degrade))
     if args.resume and trainer.resume():
         print(f"resumed at step {trainer.step}", flush=True)
     if not args.export_only:

@@ -15,6 +15,7 @@ from restore import weights
 from restore.config import CodecConfig, ModelConfig
 from restore.model.dit import DiT
 from restore.sampling import timesteps
+from restore.training.degrade import DegradeConfig
 from restore.training.trainer import TrainConfig, Trainer, lr_scale
 from restore.training import trainer as trainer_mod
 from tests.conftest import TINY_MODEL
@@ -379,3 +380,23 @@ def test_adv_own_is_refused_without_own_rows_or_discriminators(train_data_dir, t
         trainer(train_data_dir, tmp_path / "a", adv_weight=0.1, t_one=0.5, adv_own=True)
     with pytest.raises(ValueError, match="adv_own"):
         trainer(train_data_dir, tmp_path / "b", p_own_estimate=0.5, adv_own=True)
+
+
+def test_train_py_keeps_the_mixture_of_the_model_it_continues(train_data_dir, tmp_path):
+    """--init carries its damage mixture (info.degrade_config) into the run, setting by setting, and --config
+    moves only what it names: a continued model is not silently put back on the defaults."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict({**TINY_MODEL, "precondition": "obs_skip"})
+    init = tmp_path / "init"
+    mixture = {"p_clean": 0.37, "p_reverb": 0.11, "snr_db": [-3, 21]}
+    weights.save(init, cfg, CodecConfig(scale=3.0), DiT(cfg, CodecConfig(scale=3.0)).state_dict(),
+                 {"degrade_config": mixture}, dtype=torch.float32)
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve().parent.parent / "scripts" / "train.py"), "--data", str(train_data_dir),
+                          "--out", str(tmp_path / "run"), "--init", str(init), "--device", "cpu", "--export-only",
+                          "--config", json.dumps({"train": {"batch": 2, "window_seconds": 4.096},
+                                                  "degrade": {"p_reverb": 0.5}})],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    got = weights.load(tmp_path / "run" / "export").info["degrade_config"]
+    assert got["p_clean"] == 0.37 and got["snr_db"] == [-3, 21] and got["p_reverb"] == 0.5
+    assert got["p_noise"] == DegradeConfig().p_noise  # what neither names keeps the default
