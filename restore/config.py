@@ -77,6 +77,8 @@ class ModelConfig(BaseConfig):
     precondition: str = "none"  # "obs_skip": the network predicts what the best linear estimator cannot
     source: str = "noise"     # where the flow starts at t = 1: "noise", or "observation" (the degraded
     source_sigma: float = 1.0  # latents plus noise of this scale: a bridge; restore/sampling/source.py)
+    skip_local: float = 0.0   # obs_skip below t = 1: each bin's prior variance at most this times the
+                              # observation's power there (restore/model/precondition.py); 0: one per dimension
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     text: TextConfig = field(default_factory=TextConfig)
 

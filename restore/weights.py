@@ -149,7 +149,8 @@ def build_skip(files: ModelFiles, device: str | torch.device = "cpu"):
         return None
     from .model.precondition import ObsSkip
 
-    skip = ObsSkip(files.codec.latent_dim, source=files.model.source, source_sigma=files.model.source_sigma)
+    skip = ObsSkip(files.codec.latent_dim, source=files.model.source, source_sigma=files.model.source_sigma,
+                  local=files.model.skip_local)
     prefix = "skip."
     try:
         skip.load_state_dict({k[len(prefix):]: v.float() for k, v in files.state.items() if k.startswith(prefix)})

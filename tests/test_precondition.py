@@ -122,3 +122,49 @@ def test_models_without_the_skip_have_none(tmp_path):
     weights.save(tmp_path, cfg, codec, DiT(cfg, codec).state_dict(), dtype=torch.float32)
     files = weights.load(tmp_path)
     assert weights.build_skip(files) is None and not any(k.startswith("skip.") for k in files.state)
+
+
+def test_skip_local_leaves_the_one_step_as_it_was():
+    """At t = 1 the linear gain is 1 whatever the variance: the local variance changes no one-step estimate."""
+    torch.manual_seed(0)
+    obs, x, raw = torch.randn(2, 6, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 8)
+    obs[:, :3] *= 1e-3  # quiet frames, where the local variance is smallest
+    glob, local = ObsSkip(8), ObsSkip(8, local=1.0)
+    with torch.no_grad():
+        for use in (True, False, torch.tensor([True, False])):
+            assert torch.allclose(glob.velocity(raw, x, 1.0, obs, use), local.velocity(raw, x, 1.0, obs, use), atol=1e-6)
+
+
+def test_skip_local_takes_the_source_noise_out_where_the_observation_is_quiet():
+    """Below t = 1, in a bin whose observation is silent and whose clean answer is silent, the state is the
+    source noise: the global linear estimate keeps it in the clean estimate x_t - t v; the local one takes
+    it out. Where the observation is loud, the local variance is the global one and nothing changes."""
+    g = torch.Generator().manual_seed(0)
+    t = 0.125
+    obs = torch.zeros(1, 200, 8)
+    obs[:, 100:] = 3.0  # the second half loud
+    eps = torch.randn(1, 200, 8, generator=g)
+    x = t * eps  # x0 = 0
+    raw = torch.zeros_like(x)  # the linear part alone
+    with torch.no_grad():
+        est = {k: x - t * ObsSkip(8, local=k).velocity(raw, x, t, obs, True) for k in (0.0, 1.0)}
+    quiet = slice(0, 100)
+    kept = {k: e[:, quiet].norm() / x[:, quiet].norm() for k, e in est.items()}
+    assert kept[0.0] > 1.0 and kept[1.0] < 0.1, kept  # global: all of it (and a little more); local: 5%
+    assert torch.allclose(est[0.0][:, 100:], est[1.0][:, 100:])
+    # unconditioned rows have no observation to read: they keep the global variance
+    with torch.no_grad():
+        u = {k: ObsSkip(8, local=k).velocity(raw, x, t, obs, False) for k in (0.0, 1.0)}
+    assert torch.equal(u[0.0], u[1.0])
+
+
+def test_skip_local_is_part_of_the_model_config(tmp_path):
+    cfg = ModelConfig.from_dict({**TINY_MODEL, "skip_local": 1.0})
+    assert DiT(cfg, CodecConfig(scale=3.0)).skip.local == 1.0
+    model = DiT(cfg, CodecConfig(scale=3.0))
+    weights.save(tmp_path, cfg, CodecConfig(scale=3.0), model.state_dict())
+    files = weights.load(tmp_path)
+    assert files.model.skip_local == 1.0 and weights.build_skip(files).local == 1.0
+    assert ModelConfig.from_dict(TINY_MODEL).skip_local == 0.0  # models without it: as they were
+    with pytest.raises(ValueError, match="skip_local"):
+        ObsSkip(8, local=-1.0)

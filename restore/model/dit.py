@@ -66,7 +66,8 @@ class DiT(nn.Module):
         check_source(config.source, config.source_sigma)
         # velocity() returns the raw network output; with obs_skip the sampler loop and the trainer turn
         # it into a velocity (ObsSkip.velocity), so that every engine computes the network alone
-        self.skip = ObsSkip(d, source=config.source, source_sigma=config.source_sigma) \
+        self.skip = ObsSkip(d, source=config.source, source_sigma=config.source_sigma,
+                            local=config.skip_local) \
             if config.precondition == "obs_skip" else None
         self._init()
 

@@ -15,10 +15,16 @@ from ..sampling.precondition import skip_velocity
 from ..sampling.source import check_source, source_for
 
 
+LOCAL_FLOOR = 1e-3  # the least residual variance skip_local gives a bin
+
+
 class ObsSkip(nn.Module):
     def __init__(self, dim: int, gain: float = 0.5, var_cond: float = 0.3, var_uncond: float = 0.6,
-                 source: str = "noise", source_sigma: float = 1.0):
+                 source: str = "noise", source_sigma: float = 1.0, local: float = 0.0):
         super().__init__()
+        if local < 0:
+            raise ValueError(f"skip_local {local}: 0 (off) or a positive factor")
+        self.local = local  # ModelConfig.skip_local
         check_source(source, source_sigma)  # fails here, not mid-restoration
         self.source, self.source_sigma = source, source_sigma  # the path's start (ModelConfig.source)
         self.gain = nn.Parameter(torch.full((dim,), gain))
@@ -36,7 +42,22 @@ class ObsSkip(nn.Module):
             c = use_cond.to(x.device)[:, None, None]
             mean = torch.where(c, gain * obs.float(), 0.0)
             var = torch.where(c, logvar[0].exp(), logvar[1].exp())
-        return skip_velocity(raw, x, t, mean, var, source_for(self.source, self.source_sigma, obs))
+        local = None
+        if self.local > 0 and (not isinstance(use_cond, bool) or use_cond):
+            local = self.local_variance(obs, var)
+            if not isinstance(use_cond, bool):
+                local = torch.where(c, local, var)
+        return skip_velocity(raw, x, t, mean, var, source_for(self.source, self.source_sigma, obs), local)
+
+    def local_variance(self, obs: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+        """The residual's variance bin by bin for conditioned rows: at most `local` times the observation's
+        power in the bin (its real and imaginary latents together; codec.py), never above the global
+        var, never below LOCAL_FLOOR. The clean speech in a bin is rarely much louder than what was heard
+        there: where the observation is quiet, so is the answer."""
+        obs = obs.float()
+        half = obs.shape[-1] // 2
+        power = obs[..., :half].square() + obs[..., half:].square()
+        return torch.minimum(var.expand(obs.shape), self.local * torch.cat([power, power], -1) + LOCAL_FLOOR)
 
     def bind(self, obs: torch.Tensor) -> "BoundSkip":
         return BoundSkip(self, obs)

@@ -32,12 +32,21 @@ def skip_coefficients(t: torch.Tensor, var: torch.Tensor, sigma: float = 1.0) ->
 
 
 def skip_velocity(raw: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float, mean: torch.Tensor,
-                  var: torch.Tensor, source: Source = NOISE) -> torch.Tensor:
+                  var: torch.Tensor, source: Source = NOISE, local_var: torch.Tensor | None = None) -> torch.Tensor:
     """raw network output F (B, T, D), x_t (B, T, D), t scalar or (B,), prior mean (B, T, D) or 0,
-    residual variance (D,) or (B, 1, D), the path's source -> velocity (B, T, D) in fp32."""
+    residual variance (D,) or (B, 1, D), the path's source -> velocity (B, T, D) in fp32.
+
+    local_var (B, T, D), where given, is the residual's variance bin by bin (ObsSkip: small where the
+    observation is quiet) and sets the linear part's gain a(t); c(t), the scale of F, stays that of var.
+    At t = 1, a = 1 whatever the variance, so the one-step estimate is the same with or without it. Below
+    t = 1 the state is mostly source noise in a quiet bin, and the global a keeps that noise in the
+    estimate (at t = 1/8 and var 0.3, all of it), for the network to take out dimension by dimension,
+    which it does not manage; the local a takes it out where the observation says there is little to keep."""
     t = torch.as_tensor(t, dtype=torch.float32, device=x.device)
     if t.ndim == 1:
         t = t[:, None, None]
     a, c = skip_coefficients(t, var, source.sigma)
+    if local_var is not None:
+        a, _ = skip_coefficients(t, local_var, source.sigma)
     x, mean, mu = x.float(), torch.as_tensor(mean, dtype=torch.float32, device=x.device), source.mean_like(x)
     return mu - mean + a * (x - (1 - t) * mean - t * mu) + c * raw.float()
