@@ -86,14 +86,15 @@ def test_models_of_other_shapes_are_refused(start, tmp_path):
         pack(tmp_path / "other", start, tmp_path / "packed")
 
 
-def test_a_run_continued_into_a_bridge_packs_and_comes_back_with_its_source(start, tmp_path):
+def test_a_run_continued_into_a_bridge_or_a_local_skip_packs_and_comes_back_with_its_config(start, tmp_path):
     files = weights.load(_run_from(start, tmp_path / "run", 4))
-    bridge = dataclasses.replace(files.model, source="observation", source_sigma=0.5)
+    bridge = dataclasses.replace(files.model, source="observation", source_sigma=0.5, skip_local=1.0)
     weights.save(tmp_path / "bridge", bridge, files.codec, files.state, files.info)
     pack(tmp_path / "bridge", start, tmp_path / "packed")
     unpack(tmp_path / "packed", start, tmp_path / "back")
     back = weights.load(tmp_path / "back")
     assert back.model == bridge and weights.load(start).model.source == "noise"
+    assert back.model.skip_local == 1.0 and weights.load(start).model.skip_local == 0.0
     deeper = dataclasses.replace(files.model, layers=files.model.layers + 1)  # still refused
     weights.save(tmp_path / "deeper", deeper, files.codec, files.state)
     with pytest.raises(InputError, match="different architectures"):

@@ -111,9 +111,10 @@ def unpack(packed: str | Path, init: str | Path, out: str | Path) -> dict[str, A
 
 
 def _check_same(a: weights.ModelFiles, b: weights.ModelFiles, fa, fb) -> None:
-    # where the flow starts (model.source) shapes no weight: a run continued into a bridge packs, and
-    # unpacks with the trained model's config
-    same_flow = dataclasses.replace(a.model, source=b.model.source, source_sigma=b.model.source_sigma)
+    # where the flow starts (model.source) and how the skip bounds its variance (skip_local) shape no
+    # weight: a run continued into a bridge or onto a local skip packs, and unpacks with its own config
+    same_flow = dataclasses.replace(a.model, source=b.model.source, source_sigma=b.model.source_sigma,
+                                    skip_local=b.model.skip_local)
     if same_flow != b.model or a.codec != b.codec:
         raise InputError(f"{fa} and {fb} have different architectures or codecs: a move between them cannot be packed")
     if a.state.keys() != b.state.keys() or any(a.state[k].shape != b.state[k].shape for k in a.state):
