@@ -1,6 +1,7 @@
 """The observation skip's parameters (see restore/sampling/precondition.py for the math): a gain on the
 observation latents that gives the prior mean of conditioned rows, and log-variances of the residual
-for conditioned and unconditioned rows, one per latent dimension. They live in the model's weights
+for conditioned and unconditioned rows, one per latent dimension (with ModelConfig.skip_local, bounded bin
+by bin by the observation's power in the linear gain of conditioned rows). They live in the model's weights
 (`skip.*`), are learned with it, and are applied outside the engines, once per branch, by the sampler
 loop and the trainer: every engine computes only the raw network output."""
 
