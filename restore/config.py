@@ -105,6 +105,8 @@ class SamplerConfig(BaseConfig):
     churn: float = 0.3         # fresh noise per step, as a fraction of ancestral sampling's (0: ODE)
     refine_from: float = 1.0   # 1: the steps draw the signal from pure noise; below 1: they refine the
                                # one-step estimate re-noised to this flow time (sampling.schedule)
+    anchor: float = 0.0        # obs_skip models, below t = 1: the skip's prior is the first step's estimate,
+                               # its mean, each bin's variance at most this times its power (loop.py); 0: off
     shifts: int = 1            # each window restored at this many offsets of the codec's frame grid, within
                                # one hop, and the results averaged (pipeline.windows.spin)
 

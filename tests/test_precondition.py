@@ -168,3 +168,57 @@ def test_skip_local_is_part_of_the_model_config(tmp_path):
     assert ModelConfig.from_dict(TINY_MODEL).skip_local == 0.0  # models without it: as they were
     with pytest.raises(ValueError, match="skip_local"):
         ObsSkip(8, local=-1.0)
+
+
+def test_an_anchored_skip_takes_its_prior_from_the_estimate_below_t_one():
+    """BoundSkip.anchored: the conditioned branches' prior becomes the given estimate (mean, and variance
+    bounded by its power), so that with no network output the linear estimate below t = 1 returns the
+    estimate wherever it is quiet; the unconditioned branch is as it was. (The sampler anchors only the
+    steps after its first, which the loop test below checks.)"""
+    g = torch.Generator().manual_seed(0)
+    skip = ObsSkip(8)
+    obs, est = torch.randn(1, 200, 8, generator=g), torch.randn(1, 200, 8, generator=g)
+    est[:, :100] *= 1e-3  # a quiet half
+    t = 0.25
+    x = (1 - t) * est + t * torch.randn(1, 200, 8, generator=g)
+    raw = torch.zeros_like(x)
+    plain, anchored = skip.bind(obs), skip.bind(obs).anchored(est, 2.0)
+    with torch.no_grad():
+        (v_p,), (v_a,) = plain((raw,), x, t), anchored((raw,), x, t)
+        u_p, u_a = plain((raw,) * 3, x, t)[0], anchored((raw,) * 3, x, t)[0]
+    quiet = est[:, :100].norm()
+    assert (x - t * v_a)[:, :100].sub(est[:, :100]).norm() < 5 * quiet  # the noise taken out
+    assert (x - t * v_p)[:, :100].sub(est[:, :100]).norm() > 100 * quiet  # the observation's prior keeps it
+    assert torch.equal(u_p, u_a)
+
+
+def test_the_sampler_anchors_its_later_steps_on_its_first_estimate():
+    """SamplerConfig.anchor: the loop hands the first step's estimate to the skip for the steps after it;
+    0 leaves every step as it was."""
+    from restore.config import SamplerConfig
+    from restore.pipeline.loop import generate_latents
+
+    class Engine:  # raw outputs that depend on the state, so that every step matters
+        def velocities(self, x, t, guided):
+            out = 0.3 * x.tanh()
+            return (out, out, out) if guided else (out,)
+
+    g = torch.Generator().manual_seed(1)
+    obs, start = torch.randn(1, 40, 8, generator=g), torch.randn(1, 40, 8, generator=g)
+    skip = ObsSkip(8).bind(obs)
+    runs = {}
+    for anchor in (0.0, 2.0):
+        cfg = SamplerConfig(steps=4, guided_until=0.0, churn=0.0, anchor=anchor)
+        steps = list(generate_latents(Engine(), start, cfg, torch.Generator().manual_seed(2), skip=skip))
+        runs[anchor] = [x for _, x in steps]
+    assert torch.equal(runs[0.0][0], runs[2.0][0])  # the first step is the same
+    assert not torch.allclose(runs[0.0][-1], runs[2.0][-1])
+    # by hand: the later steps with the anchored skip
+    with torch.no_grad():
+        v0 = skip((Engine().velocities(start, 1.0, False)[0],), start, 1.0)[0]
+        anchored = skip.anchored(start - v0, 2.0)
+        x, ts = runs[2.0][0], SamplerConfig(steps=4, churn=0.0).schedule().times
+        for i in range(1, 4):
+            v = anchored((Engine().velocities(x, ts[i], False)[0],), x, ts[i])[0]
+            x = x + (ts[i + 1] - ts[i]) * v
+    assert torch.allclose(x, runs[2.0][-1], atol=1e-5)

@@ -19,6 +19,15 @@ from ..sampling.source import check_source, source_for
 LOCAL_FLOOR = 1e-3  # the least residual variance skip_local gives a bin
 
 
+def bounded_variance(ref: torch.Tensor, var: torch.Tensor, factor: float) -> torch.Tensor:
+    """var, bin by bin at most factor times the power of ref (B, T, D) in the bin (its real and imaginary
+    latents together; codec.py), never below LOCAL_FLOOR."""
+    ref = ref.float()
+    half = ref.shape[-1] // 2
+    power = ref[..., :half].square() + ref[..., half:].square()
+    return torch.minimum(var.expand(ref.shape), factor * torch.cat([power, power], -1) + LOCAL_FLOOR)
+
+
 class ObsSkip(nn.Module):
     def __init__(self, dim: int, gain: float = 0.5, var_cond: float = 0.3, var_uncond: float = 0.6,
                  source: str = "noise", source_sigma: float = 1.0, local: float = 0.0):
@@ -32,9 +41,19 @@ class ObsSkip(nn.Module):
         self.logvar = nn.Parameter(torch.tensor([[math.log(var_cond)] * dim, [math.log(var_uncond)] * dim]))
 
     def velocity(self, raw: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float, obs: torch.Tensor,
-                 use_cond: torch.Tensor | bool) -> torch.Tensor:
+                 use_cond: torch.Tensor | bool, anchor: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
         """Rows with use_cond (B,) (or a bool for all rows) take the observation as prior mean. The path's
-        source is the same for every row: an unconditioned row of a bridge still starts from the observation."""
+        source is the same for every row: an unconditioned row of a bridge still starts from the observation.
+
+        anchor (estimate (B, T, D), factor), for conditioned rows given as a bool: the prior is the estimate
+        instead, each bin's variance at most factor times its power (the sampler's first estimate, for its
+        later steps: SamplerConfig.anchor)."""
+        if anchor is not None and use_cond is True:
+            estimate, factor = anchor
+            var = self.logvar[0].float().exp()
+            local = bounded_variance(estimate, var, factor)
+            return skip_velocity(raw, x, t, estimate.float(), var, source_for(self.source, self.source_sigma, obs),
+                                 local)
         gain, logvar = self.gain.float(), self.logvar.float()
         if isinstance(use_cond, bool):
             mean = gain * obs.float() if use_cond else torch.zeros((), device=x.device)
@@ -52,13 +71,9 @@ class ObsSkip(nn.Module):
 
     def local_variance(self, obs: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
         """The residual's variance bin by bin for conditioned rows: at most `local` times the observation's
-        power in the bin (its real and imaginary latents together; codec.py), never above the global
-        var, never below LOCAL_FLOOR. The clean speech in a bin is rarely much louder than what was heard
-        there: where the observation is quiet, so is the answer."""
-        obs = obs.float()
-        half = obs.shape[-1] // 2
-        power = obs[..., :half].square() + obs[..., half:].square()
-        return torch.minimum(var.expand(obs.shape), self.local * torch.cat([power, power], -1) + LOCAL_FLOOR)
+        power in the bin. The clean speech in a bin is rarely much louder than what was heard there: where
+        the observation is quiet, so is the answer."""
+        return bounded_variance(obs, var, self.local)
 
     def bind(self, obs: torch.Tensor) -> "BoundSkip":
         return BoundSkip(self, obs)
@@ -67,13 +82,18 @@ class ObsSkip(nn.Module):
 class BoundSkip:
     """The skip for one batch of windows: turns an engine's raw branch outputs into velocities."""
 
-    def __init__(self, skip: ObsSkip, obs: torch.Tensor):
-        self.skip, self.obs = skip, obs
+    def __init__(self, skip: ObsSkip, obs: torch.Tensor, anchor: tuple[torch.Tensor, float] | None = None):
+        self.skip, self.obs, self.anchor = skip, obs, anchor
+
+    def anchored(self, estimate: torch.Tensor, factor: float) -> "BoundSkip":
+        """The same skip with the prior of its conditioned branches moved to `estimate` (ObsSkip.velocity)."""
+        return BoundSkip(self.skip, self.obs, (estimate, factor))
 
     def __call__(self, raws: tuple[torch.Tensor, ...], x: torch.Tensor, t: float) -> tuple[torch.Tensor, ...]:
         """(u, so, sot) on guided steps or (sot,) on unguided ones; only u goes without the observation."""
         obs = self.obs.to(x.device)
+        anchor = None if self.anchor is None else (self.anchor[0].to(x.device), self.anchor[1])
         if len(raws) == 3:
             return (self.skip.velocity(raws[0], x, t, obs, False),
-                    *(self.skip.velocity(r, x, t, obs, True) for r in raws[1:]))
-        return tuple(self.skip.velocity(r, x, t, obs, True) for r in raws)
+                    *(self.skip.velocity(r, x, t, obs, True, anchor) for r in raws[1:]))
+        return tuple(self.skip.velocity(r, x, t, obs, True, anchor) for r in raws)

@@ -40,6 +40,9 @@ def generate_latents(engine, start: torch.Tensor, cfg: SamplerConfig,
         if skip is not None:
             vs = skip(tuple(v.to(device) for v in vs), x, ts[i])
         v = combine(*vs, cfg.w_so, cfg.w_t) if guided[i] else vs[0]
+        if i == 0 and cfg.anchor > 0 and skip is not None and ts[0] >= 1.0:
+            # the later steps' prior: this first estimate, where the network is best (docs/training.md)
+            skip = skip.anchored(x - v.to(device), cfg.anchor)
         fresh = None
         if fresh_steps[i]:
             fresh = (generator() if callable(generator) else torch.randn(x.shape, generator=generator)).to(device)
