@@ -331,9 +331,9 @@ def test_adversarial_terms_without_rows_at_t_one_are_refused(train_data_dir, tmp
         trainer(train_data_dir, tmp_path / "run", adv_weight=0.1, t_one=0.5, adv_t_min=1.5)
 
 
-def test_the_discriminators_judge_the_rows_from_adv_t_min_up(train_data_dir, tmp_path, monkeypatch):
-    """With adv_t_min below 1 the estimates of the later steps' flow times are judged too, and nothing
-    needs to be drawn at t = 1; at 1 only the one-step sampler's rows are."""
+@pytest.fixture
+def judged(monkeypatch):
+    """The row weights each discriminator step is given (trainer_mod.discriminator_loss), in order."""
     seen = []
     real_loss = trainer_mod.discriminator_loss
 
@@ -342,27 +342,25 @@ def test_the_discriminators_judge_the_rows_from_adv_t_min_up(train_data_dir, tmp
         return real_loss(disc, real, fake, weight)
 
     monkeypatch.setattr(trainer_mod, "discriminator_loss", spy)
+    return seen
+
+
+def test_the_discriminators_judge_the_rows_from_adv_t_min_up(train_data_dir, tmp_path, monkeypatch, judged):
+    """With adv_t_min below 1 the estimates of the later steps' flow times are judged too, and nothing
+    needs to be drawn at t = 1; at 1 only the one-step sampler's rows are."""
     for t_min, t_one in ((1.0, 0.5), (0.3, 0.0)):
         tr = trainer(train_data_dir, tmp_path / str(t_min), adv_weight=0.5, adv_warmup=1, adv_seconds=1.0,
                      d_channels=4, t_one=t_one, adv_t_min=t_min)
         drawn = []
         monkeypatch.setattr(tr, "draw_t", lambda b, f=tr.draw_t: drawn.append(f(b)) or drawn[-1])
         tr.train_step(tr.batch())
-        assert torch.equal(seen[-1], (drawn[-1] >= t_min).float())
-    assert seen[-1].sum() > 0  # rows below t = 1 were judged
+        assert torch.equal(judged[-1], (drawn[-1] >= t_min).float())
+    assert judged[-1].sum() > 0  # rows below t = 1 were judged
 
 
-def test_adv_own_judges_the_samplers_own_states_too(train_data_dir, tmp_path, monkeypatch):
+def test_adv_own_judges_the_samplers_own_states_too(train_data_dir, tmp_path, monkeypatch, judged):
     """With adv_own the own rows (here the sampler's states, below t = 1) are judged beside the rows at
     t >= adv_t_min; without it they are not."""
-    seen = []
-    real_loss = trainer_mod.discriminator_loss
-
-    def spy(disc, real, fake, weight):
-        seen.append(weight.clone())
-        return real_loss(disc, real, fake, weight)
-
-    monkeypatch.setattr(trainer_mod, "discriminator_loss", spy)
     for adv_own in (False, True):
         tr = trainer(train_data_dir, tmp_path / str(adv_own), batch=4, p_own_estimate=0.5, own_steps=4,
                      adv_weight=0.5, fm_weight=0.5, adv_warmup=1, adv_seconds=1.0, d_channels=4, t_one=0.5,
@@ -371,8 +369,8 @@ def test_adv_own_judges_the_samplers_own_states_too(train_data_dir, tmp_path, mo
         monkeypatch.setattr(tr, "draw_t", lambda b, f=tr.draw_t: drawn.append(f(b)) or drawn[-1])
         assert torch.isfinite(tr.train_step(tr.batch()))
         rest = (drawn[-1][2:] >= 1.0).float()
-        assert torch.equal(seen[-1][2:], rest)  # the other rows: those at t = 1, as before
-        assert torch.equal(seen[-1][:2], torch.full((2,), float(adv_own)))  # the own rows at t = 3/4
+        assert torch.equal(judged[-1][2:], rest)  # the other rows: those at t = 1, as before
+        assert torch.equal(judged[-1][:2], torch.full((2,), float(adv_own)))  # the own rows at t = 3/4
 
 
 def test_adv_own_is_refused_without_own_rows_or_discriminators(train_data_dir, tmp_path):

@@ -48,12 +48,6 @@ class ObsSkip(nn.Module):
         anchor (estimate (B, T, D), factor), for conditioned rows given as a bool: the prior is the estimate
         instead, each bin's variance at most factor times its power (the sampler's first estimate, for its
         later steps: SamplerConfig.anchor)."""
-        if anchor is not None and use_cond is True:
-            estimate, factor = anchor
-            var = self.logvar[0].float().exp()
-            local = bounded_variance(estimate, var, factor)
-            return skip_velocity(raw, x, t, estimate.float(), var, source_for(self.source, self.source_sigma, obs),
-                                 local)
         gain, logvar = self.gain.float(), self.logvar.float()
         if isinstance(use_cond, bool):
             mean = gain * obs.float() if use_cond else torch.zeros((), device=x.device)
@@ -63,17 +57,16 @@ class ObsSkip(nn.Module):
             mean = torch.where(c, gain * obs.float(), 0.0)
             var = torch.where(c, logvar[0].exp(), logvar[1].exp())
         local = None
-        if self.local > 0 and (not isinstance(use_cond, bool) or use_cond):
-            local = self.local_variance(obs, var)
+        if anchor is not None and use_cond is True:
+            estimate, factor = anchor
+            mean, local = estimate.float(), bounded_variance(estimate, var, factor)
+        elif self.local > 0 and (not isinstance(use_cond, bool) or use_cond):
+            # the clean speech in a bin is rarely much louder than what was heard there: where the
+            # observation is quiet, so is the answer
+            local = bounded_variance(obs, var, self.local)
             if not isinstance(use_cond, bool):
                 local = torch.where(c, local, var)
         return skip_velocity(raw, x, t, mean, var, source_for(self.source, self.source_sigma, obs), local)
-
-    def local_variance(self, obs: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
-        """The residual's variance bin by bin for conditioned rows: at most `local` times the observation's
-        power in the bin. The clean speech in a bin is rarely much louder than what was heard there: where
-        the observation is quiet, so is the answer."""
-        return bounded_variance(obs, var, self.local)
 
     def bind(self, obs: torch.Tensor) -> "BoundSkip":
         return BoundSkip(self, obs)
