@@ -222,3 +222,23 @@ def test_the_sampler_anchors_its_later_steps_on_its_first_estimate():
             v = anchored((Engine().velocities(x, ts[i], False)[0],), x, ts[i])[0]
             x = x + (ts[i + 1] - ts[i]) * v
     assert torch.allclose(x, runs[2.0][-1], atol=1e-5)
+
+
+def test_an_anchor_applies_row_by_row_to_the_conditioned_rows():
+    """In training, rows of one batch differ in their conditions: with use_cond per row, a conditioned
+    row's velocity under an anchor is the one a sampler's anchored branch gets, and an unconditioned row's
+    is the unanchored one."""
+    g = torch.Generator().manual_seed(3)
+    skip = ObsSkip(8)
+    with torch.no_grad():
+        skip.logvar[0] -= 0.7  # conditioned and unconditioned rows apart
+    obs, est, x, raw = (torch.randn(2, 30, 8, generator=g) for _ in range(4))
+    t = torch.tensor([0.4, 0.6])
+    rows = torch.tensor([True, False])
+    with torch.no_grad():
+        both = skip.velocity(raw, x, t, obs, rows, (est, 2.0))
+        cond = skip.velocity(raw[:1], x[:1], t[:1], obs[:1], True, (est[:1], 2.0))
+        uncond = skip.velocity(raw[1:], x[1:], t[1:], obs[1:], False)
+        plain = skip.velocity(raw[:1], x[:1], t[:1], obs[:1], True)
+    assert torch.allclose(both[:1], cond, atol=1e-6) and torch.allclose(both[1:], uncond, atol=1e-6)
+    assert not torch.allclose(cond, plain, atol=1e-3)

@@ -259,6 +259,43 @@ def test_own_rows_are_the_samplers_own_states_after_k_of_its_steps(train_data_di
         assert not torch.allclose(seen["t"][2:], torch.full((2,), grid[k]))
 
 
+def test_own_anchor_samples_and_trains_the_own_rows_on_the_first_estimate(train_data_dir, tmp_path):
+    """With own_anchor, the sampler's steps after its first take the skip's prior from its first estimate,
+    and the own rows' training velocity goes through that anchored skip; the other rows keep the
+    observation's prior."""
+    n = 4
+    tr = trainer(train_data_dir, tmp_path / "run", batch=4, p_own_estimate=0.5, own_steps=n, own_churn=0.0,
+                 own_anchor=2.0)
+    grid = timesteps(n).tolist()
+    calls, trained = [], []
+    ema_velocity, skip_velocity = tr.ema_velocity, tr.model.skip.velocity
+
+    def ema_spy(x, t, *rest):
+        v = ema_velocity(x, t, *rest)
+        calls.append((x.clone(), rest[-1], v.clone()))
+        return v
+
+    def skip_spy(raw, x, t, obs, use_cond, anchor=None):
+        trained.append((x.shape[0], anchor))
+        return skip_velocity(raw, x, t, obs, use_cond, anchor)
+
+    tr.ema_velocity, tr.model.skip.velocity = ema_spy, skip_spy
+    for k in (1, 2, 3):
+        calls.clear(), trained.clear()
+        tr.train_step(tr.batch())
+        assert len(calls) == k and calls[0][1] is None
+        first = calls[0][0] - grid[0] * calls[0][2]  # the one-step estimate
+        for _, anchor, _ in calls[1:]:
+            assert torch.equal(anchor[0], first) and anchor[1] == 2.0
+        # the own rows (the first two) on that anchor, the rest on the observation's prior
+        assert [(b, a is None) for b, a in trained] == [(2, False), (2, True)]
+        assert torch.equal(trained[0][1][0], first)
+    with pytest.raises(ValueError, match="own_anchor"):
+        trainer(train_data_dir, tmp_path / "a", p_own_estimate=0.5, own_anchor=2.0)
+    with pytest.raises(ValueError, match="no skip"):
+        trainer(train_data_dir, tmp_path / "b", p_own_estimate=0.5, own_steps=4, own_anchor=2.0, precondition="none")
+
+
 def test_stochastic_own_states_train_beside_the_discriminators(train_data_dir, tmp_path):
     tr = trainer(train_data_dir, tmp_path / "run", batch=4, p_own_estimate=0.25, own_steps=8, own_churn=0.3,
                  adv_weight=0.1, fm_weight=0.1, adv_warmup=1, adv_seconds=1.0, d_channels=4, t_one=0.5,

@@ -45,9 +45,9 @@ class ObsSkip(nn.Module):
         """Rows with use_cond (B,) (or a bool for all rows) take the observation as prior mean. The path's
         source is the same for every row: an unconditioned row of a bridge still starts from the observation.
 
-        anchor (estimate (B, T, D), factor), for conditioned rows given as a bool: the prior is the estimate
-        instead, each bin's variance at most factor times its power (the sampler's first estimate, for its
-        later steps: SamplerConfig.anchor)."""
+        anchor (estimate (B, T, D), factor): for the conditioned rows the prior is the estimate instead, each
+        bin's variance at most factor times its power (the sampler's first estimate, for its later steps:
+        SamplerConfig.anchor; in training, TrainConfig.own_anchor). Unconditioned rows keep theirs."""
         gain, logvar = self.gain.float(), self.logvar.float()
         if isinstance(use_cond, bool):
             mean = gain * obs.float() if use_cond else torch.zeros((), device=x.device)
@@ -57,9 +57,13 @@ class ObsSkip(nn.Module):
             mean = torch.where(c, gain * obs.float(), 0.0)
             var = torch.where(c, logvar[0].exp(), logvar[1].exp())
         local = None
-        if anchor is not None and use_cond is True:
+        if anchor is not None and (not isinstance(use_cond, bool) or use_cond):
             estimate, factor = anchor
-            mean, local = estimate.float(), bounded_variance(estimate, var, factor)
+            local = bounded_variance(estimate, var, factor)
+            if isinstance(use_cond, bool):
+                mean = estimate.float()
+            else:
+                mean, local = torch.where(c, estimate.float(), mean), torch.where(c, local, var)
         elif self.local > 0 and (not isinstance(use_cond, bool) or use_cond):
             # the clean speech in a bin is rarely much louder than what was heard there: where the
             # observation is quiet, so is the answer

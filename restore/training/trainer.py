@@ -68,6 +68,10 @@ class TrainConfig(BaseConfig):
                                 # through 1..N-1 with the step count), at that step's flow time: the very
                                 # inputs its later steps meet, the model's own re-noised estimates included
     own_churn: float = 0.3
+    own_anchor: float = 0.0     # with own_steps: the sampler's steps after its first, and the own rows' training
+                                # velocity, take the skip's prior from that first step's estimate, each bin's
+                                # variance at most this times its power, as SamplerConfig.anchor samples; 0: the
+                                # observation's prior, as the unanchored sampler
     adv_weight: float = 0.0     # weight of the discriminators' verdict on the clean estimates (adversarial.py);
                                 # 0 with fm_weight 0: no discriminators. Added to the objective, not the logged loss
     adv_t_min: float = 1.0      # the rows whose clean estimate x_t - t v is judged: those at flow time t >= this.
@@ -163,6 +167,11 @@ class Trainer:
                              "sampler of at least 2 steps")
         if cfg.own_steps and not cfg.p_own_estimate > 0:
             raise ValueError("own_steps sets where the own rows start: it needs p_own_estimate > 0")
+        if cfg.own_anchor < 0 or (cfg.own_anchor > 0 and not cfg.own_steps):
+            raise ValueError(f"own_anchor {cfg.own_anchor}: 0 (off), or a positive factor with own_steps (the "
+                             "anchor is the first estimate of the sampler whose states the own rows are)")
+        if cfg.own_anchor > 0 and model_cfg.precondition != "obs_skip":
+            raise ValueError("own_anchor moves the observation skip's prior: the model has no skip")
         if cfg.adv_own and not (cfg.p_own_estimate > 0 and (cfg.adv_weight > 0 or cfg.fm_weight > 0)):
             raise ValueError("adv_own judges the own rows: it needs p_own_estimate > 0 and adv_weight or fm_weight")
         if cfg.adv_weight > 0 or cfg.fm_weight > 0:
@@ -277,12 +286,12 @@ class Trainer:
         start = x0
         weight = None
         own = int(round(cfg.p_own_estimate * b))  # a fixed count keeps the step's shapes static
-        state = None
+        state = anchor = None
         if own:
             # rows are in random order, so the first `own` rows are a random share of the batch
             cond = (degraded[:own], obs[:own], use_cond[:own], ids[:own], mask[:own])
             if cfg.own_steps:
-                state, t_own = self.sampler_state(*cond)
+                state, t_own, anchor = self.sampler_state(*cond)
             else:
                 est = self.own_estimate(*cond)
                 lo, hi = cfg.own_t
@@ -300,7 +309,12 @@ class Trainer:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and self.device.type == "cuda"):
             v = self.forward(xt, t, degraded, obs, use_cond, ids, mask)
         if self.model.skip is not None:
-            v = self.model.skip.velocity(v, xt, t, obs, use_cond)
+            if anchor is None:
+                v = self.model.skip.velocity(v, xt, t, obs, use_cond)
+            else:  # the own rows on the anchored prior their sampler's later steps are sampled with
+                skip = self.model.skip
+                v = torch.cat([skip.velocity(v[:own], xt[:own], t[:own], obs[:own], use_cond[:own], anchor),
+                               skip.velocity(v[own:], xt[own:], t[own:], obs[own:], use_cond[own:])])
         v = v.float()
         err = (v - target).square().mean(-1)  # (B, T)
         if weight is not None:
@@ -371,12 +385,12 @@ class Trainer:
         return source_for(self.model_cfg.source, self.model_cfg.source_sigma, obs)
 
     @torch.no_grad()
-    def ema_velocity(self, x, t, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
-        """The EMA model's velocity at state x (B, T, D) and flow times t (B,), fp32."""
+    def ema_velocity(self, x, t, degraded, obs, use_cond, ids, mask, anchor=None) -> torch.Tensor:
+        """The EMA model's velocity at state x (B, T, D) and flow times t (B,), fp32; anchor as ObsSkip.velocity's."""
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
             v = self.ema_forward(x, t, degraded, obs, use_cond, ids, mask)
         if self.ema.skip is not None:
-            v = self.ema.skip.velocity(v, x, t, obs, use_cond)
+            v = self.ema.skip.velocity(v, x, t, obs, use_cond, anchor)
         return v.float()
 
     def own_estimate(self, degraded, obs, use_cond, ids, mask) -> torch.Tensor:
@@ -385,20 +399,25 @@ class Trainer:
         return z - self.ema_velocity(z, torch.ones(obs.shape[0], device=self.device), degraded, obs, use_cond, ids, mask)
 
     @torch.no_grad()
-    def sampler_state(self, degraded, obs, use_cond, ids, mask) -> tuple[torch.Tensor, torch.Tensor]:
+    def sampler_state(self, degraded, obs, use_cond, ids, mask):
         """The EMA model's own_steps-step sampler (unguided, churn own_churn) from the source, stopped after
-        k = 1 + step mod (own_steps - 1) steps: (its state x_t (B, T, D), the flow time t (B,) it is at)."""
+        k = 1 + step mod (own_steps - 1) steps: (its state x_t (B, T, D), the flow time t (B,) it is at, and
+        with own_anchor the anchor its steps after the first took (the first estimate, own_anchor), else None)."""
         cfg = self.cfg
         b = obs.shape[0]
         grid = timesteps(cfg.own_steps).tolist()
         k = 1 + self.step % (cfg.own_steps - 1)
         source = self.source(obs)
         x = source.sample(torch.randn(obs.shape, device=self.device, generator=self.dgen))
+        anchor = None
         for i in range(k):
-            v = self.ema_velocity(x, torch.full((b,), grid[i], device=self.device), degraded, obs, use_cond, ids, mask)
+            v = self.ema_velocity(x, torch.full((b,), grid[i], device=self.device), degraded, obs, use_cond, ids, mask,
+                                  anchor)
+            if i == 0 and cfg.own_anchor > 0:
+                anchor = (x - grid[0] * v, cfg.own_anchor)  # the one-step estimate (grid[0] = 1)
             noise = torch.randn(obs.shape, device=self.device, generator=self.dgen)
             x = rf_step(x, v, grid[i], grid[i + 1], churn=cfg.own_churn, noise=noise, source=source)
-        return x, torch.full((b,), grid[k], device=self.device)
+        return x, torch.full((b,), grid[k], device=self.device), anchor
 
     # ---- validation ----
     @torch.no_grad()
@@ -416,10 +435,10 @@ class Trainer:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16 and self.device.type == "cuda"):
             ctx = self.ema.context(deg, obs, use, ids, mask)
 
-            def vel(x: torch.Tensor, tv: float) -> torch.Tensor:
+            def vel(x: torch.Tensor, tv: float, anchor=None) -> torch.Tensor:
                 t = torch.full((b,), tv, device=self.device)
                 v = self.ema.velocity(x, t, ctx).float()
-                return v if self.ema.skip is None else self.ema.skip.velocity(v, x, t, obs, True)
+                return v if self.ema.skip is None else self.ema.skip.velocity(v, x, t, obs, True, anchor)
 
             # How well the conditions alone predict the clean latents (t = 1), against the degraded
             # input's own latents as the estimate: the crux of restoration from pure noise.
@@ -436,18 +455,25 @@ class Trainer:
             ts = timesteps(steps, 1.0).tolist()
             for i in range(steps):
                 x = rf_step(x, vel(x, ts[i]), ts[i], ts[i + 1], source=source)
+            # the same steps anchored on the one-step estimate (SamplerConfig.anchor 2), where the model has a skip
+            xa = None
+            if self.ema.skip is not None:
+                xa = z
+                for i in range(steps):
+                    xa = rf_step(xa, v1 if i == 0 else vel(xa, ts[i], (one, 2.0)), ts[i], ts[i + 1], source=source)
             # refining the one-step estimate: re-noised to t = 0.5, then four Euler steps to 0
             r = 0.5 * one + 0.5 * source.sample(torch.randn(x0.shape, device=self.device, generator=g))
             rs = [0.5, 0.375, 0.25, 0.125, 0.0]
             for i in range(4):
                 r = rf_step(r, vel(r, rs[i]), rs[i], rs[i + 1], source=source)
         out, out1, outr = self.codec.decode(x), self.codec.decode(one), self.codec.decode(r)
+        anchored = {} if xa is None else {"val_lsd_anchor": lsd(self.codec.decode(xa), clean)}
         rate = self.codec.config.sample_rate
         return {"val_loss": sum(losses) / 3, "val_x0_err_t1": x0_err, "obs_x0_err": obs_err, "val_si_sdr": si_sdr(out, clean), "val_lsd": lsd(out, clean),
                 "input_si_sdr": si_sdr(deg, clean), "input_lsd": lsd(deg, clean),
                 "val_lsd_1step": lsd(out1, clean), "val_high_db_1step": band_level(out1, clean, rate),
                 "val_mel_1step": mel_1step, "input_mel": mel_input,
-                "val_lsd_refine": lsd(outr, clean), "val_si_sdr_refine": si_sdr(outr, clean),
+                "val_lsd_refine": lsd(outr, clean), **anchored, "val_si_sdr_refine": si_sdr(outr, clean),
                 "val_si_sdr_1step": si_sdr(out1, clean), "val_high_db_refine": band_level(outr, clean, rate)}
 
     def batches(self):
