@@ -399,7 +399,8 @@ class Trainer:
         return z - self.ema_velocity(z, torch.ones(obs.shape[0], device=self.device), degraded, obs, use_cond, ids, mask)
 
     @torch.no_grad()
-    def sampler_state(self, degraded, obs, use_cond, ids, mask):
+    def sampler_state(self, degraded, obs, use_cond, ids, mask
+                      ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, float] | None]:
         """The EMA model's own_steps-step sampler (unguided, churn own_churn) from the source, stopped after
         k = 1 + step mod (own_steps - 1) steps: (its state x_t (B, T, D), the flow time t (B,) it is at, and
         with own_anchor the anchor its steps after the first took (the first estimate, own_anchor), else None)."""
