@@ -109,6 +109,9 @@ class SamplerConfig(BaseConfig):
                                # its mean, each bin's variance at most this times its power (loop.py); 0: off
     shifts: int = 1            # each window restored at this many offsets of the codec's frame grid, within
                                # one hop, and the results averaged (pipeline.windows.spin)
+    mix_first: float = 0.0     # with more than one step from t = 1: the output's spectrum takes this share
+                               # from the first step's restoration and the rest from the last's, each
+                               # post-processed (post.mix); 0: the last step's alone
 
     def schedule(self):
         from .sampling import schedule

@@ -119,6 +119,9 @@ def load(folder: str | Path | None = None) -> ModelFiles:
         if name not in SAMPLER_PRESETS or unknown:
             raise InputError(f"{folder}: config.json 'samplers' has an unknown sampler or setting "
                              f"({name!r}: {unknown})")
+        if not 0 <= overrides.get("mix_first", 0) <= 1:
+            raise InputError(f"{folder}: config.json 'samplers' {name!r}: mix_first must be between 0 and 1, "
+                             f"got {overrides['mix_first']}")
     model = ModelConfig.from_dict(config.get("model"))
     try:
         check_source(model.source, model.source_sigma)

@@ -242,6 +242,70 @@ def test_files_sharing_a_window_are_post_processed_each_on_its_own_frames():
         assert torch.allclose(blended[:, a:b], post.blend_strength(CODEC, full[:, a:b], lin[:, a:b], 0.5))
 
 
+# ---------------------------------------------------------------- the first step mixed back
+def test_mix_weighs_the_two_restorations_at_one_level():
+    """post.mix: the last restoration is given the first's energy before the weighted mean, and the mean
+    the first's too; share 1 is the first, share 0 the last at the first's level."""
+    x = speech()
+    first = CODEC.encode(x)
+    other = CODEC.encode(speech(seed=4))
+    energy = lambda z: float(CODEC.decode(z).square().sum())  # noqa: E731
+    assert torch.allclose(post.mix(CODEC, first, 3 * other, 1.0), first, atol=1e-5)
+    zero = post.mix(CODEC, first, 3 * other, 0.0)
+    assert abs(energy(zero) / energy(first) - 1) < 1e-3
+    assert float((CODEC.decode(zero) - CODEC.decode(other) * (energy(first) / energy(other)) ** 0.5).norm()) < 1e-3 * float(x.norm())
+    # a louder copy of the same restoration mixes back into it: the level of either does not weigh it
+    assert torch.allclose(post.mix(CODEC, first, CODEC.latents(4 * CODEC.spectrum(first)), 0.5), first, atol=1e-4)
+    half = CODEC.decode(post.mix(CODEC, first, other, 0.5))
+    assert abs(float(half.square().sum()) / energy(first) - 1) < 1e-3
+    target = CODEC.decode(first) + CODEC.decode(other) * (energy(first) / energy(other)) ** 0.5
+    assert float(torch.nn.functional.cosine_similarity(half, target, dim=-1)) > 0.999
+    with pytest.raises(ValueError, match="mix_first"):
+        post.mix(CODEC, first, other, 1.5)
+
+
+def test_mix_levels_each_file_on_its_own_frames():
+    """Where files share a window, each file's two restorations are levelled over its own frames."""
+    g = torch.Generator().manual_seed(5)
+    spans = [(0, 30), (30, 60)]
+    first, last = torch.randn(1, 60, CODEC.latent_dim, generator=g), torch.randn(1, 60, CODEC.latent_dim, generator=g)
+    last[:, 30:] *= 4.0
+    packed = post.mix(CODEC, first, last, 0.5, [spans])
+    for a, b in spans:  # a frame's spectrum is its own bins: the files' levels do not touch
+        assert torch.allclose(packed[:, a:b], post.mix(CODEC, first[:, a:b], last[:, a:b], 0.5), atol=1e-4)
+
+
+def test_the_sampler_mixes_its_one_step_restoration_into_its_steps(live_model, tmp_path):
+    """SamplerConfig.mix_first: share 1 of a many-step sampler gives exactly its one-step restoration
+    (the first step's estimate, post-processed as the one step is), a share between gives neither, and a
+    model config that sets it out of range is refused."""
+    from restore import weights
+    from restore.errors import InputError
+    from restore.pipeline.restorer import Restorer
+
+    files = weights.load(live_model)
+    steps = dict(steps=4, churn=0.3, guided_until=0.0, anchor=2.0, strength=1.2)
+    outs = {}
+    for name, own in (("one", dict(steps=1, strength=1.2)), ("steps", steps), ("all", {**steps, "mix_first": 1.0}),
+                      ("half", {**steps, "mix_first": 0.5})):
+        folder = tmp_path / name
+        weights.save(folder, files.model, files.codec, files.state, dtype=torch.float32, samplers={"flash": own})
+        src = tmp_path / "in.wav"
+        sf.write(src, speechlike(2.0, SR), SR)
+        with Restorer(folder, plan="cpu") as r:
+            r.restore_file(src, tmp_path / f"{name}.wav", sampler="flash", seed=3)
+        outs[name] = sf.read(tmp_path / f"{name}.wav")[0]
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    assert rel(outs["all"], outs["one"]) < 1e-4
+    assert rel(outs["steps"], outs["one"]) > 1e-2
+    assert rel(outs["half"], outs["one"]) > 1e-3 and rel(outs["half"], outs["steps"]) > 1e-3
+    bad = tmp_path / "bad"
+    weights.save(bad, files.model, files.codec, files.state, dtype=torch.float32,
+                 samplers={"pro": {**steps, "mix_first": 2}})
+    with pytest.raises(InputError, match="mix_first must be between 0 and 1"):
+        weights.load(bad)
+
+
 def third_octave_db(x, y, lo_hz=100, hi_hz=7000):
     """Per third of an octave from lo_hz to hi_hz: y's level against x's (dB), y first levelled to x."""
     px, py = torch.fft.rfft(x).abs().square()[0], torch.fft.rfft(y).abs().square()[0]

@@ -222,6 +222,11 @@ def test_the_sampler_anchors_its_later_steps_on_its_first_estimate():
             v = anchored((Engine().velocities(x, ts[i], False)[0],), x, ts[i])[0]
             x = x + (ts[i + 1] - ts[i]) * v
     assert torch.allclose(x, runs[2.0][-1], atol=1e-5)
+    kept = []  # `first`: the loop hands over the first step's clean estimate, the one-step restoration
+    list(generate_latents(Engine(), start, SamplerConfig(steps=4, guided_until=0.0, churn=0.0, anchor=2.0),
+                          torch.Generator().manual_seed(2), skip=skip, first=kept.append))
+    one = list(generate_latents(Engine(), start, SamplerConfig(steps=1, guided_until=0.0), None, skip=skip))
+    assert len(kept) == 1 and torch.allclose(kept[0], one[-1][1], atol=1e-6)
 
 
 def test_an_anchor_applies_row_by_row_to_the_conditioned_rows():

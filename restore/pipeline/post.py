@@ -36,7 +36,15 @@
    With `extend_band` false nothing is added above the cut-off (`limit_band`: the restoration faded out
    over RAMP_HZ below it).
 
-5. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
+5. **The first step mixed back** (`mix`, the sampler's `mix_first`). A sampler of more than one step
+   keeps its first step's estimate (the one-step restoration) beside its last; each is post-processed
+   as above and the output's complex spectrum is their weighted mean. The steps take out noise the
+   one step leaves (most in reverberant pauses) and add fine structure and noise of their own, drawn
+   afresh; the one step keeps the voice. The mean keeps what both take out and halves what either
+   adds alone (docs/training.md). It is linear in the spectrum, so it is the mean of the two decoded
+   restorations; the output level (6) follows it.
+
+6. **The output level** (`LevelledOutput`, the one place that sets it). The model hears every window
    at the level it was trained at and its output is scaled back by the same factor
    (restore/pipeline/job.py); that is the audio "as the model restores it" (`--level model`). A one-step
    estimate is quiet where it is unsure (reverberant speech comes out ~12 dB below the dry speech), so by
@@ -279,6 +287,21 @@ def finish(codec, post: PostConfig, obs: torch.Tensor, x: torch.Tensor, lin: tor
     if not post.extend_band and cutoffs is not None and any(c is not None for row in cutoffs for c in row):
         x = limit_band(codec, x, cutoffs, spans)
     return x
+
+
+def mix(codec, first: torch.Tensor, last: torch.Tensor, share: float, spans: Spans | None = None) -> torch.Tensor:
+    """Two post-processed restorations of the same windows (B, T, D) -> the latents whose spectrum is
+    share * first's + (1 - share) * last's, the last first given the first's energy and the mean then
+    given it too, file by file (span by span): the two are mixed as heard at one level, and the mix is
+    as loud as the first step's restoration."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"mix_first must be between 0 and 1, got {share}")
+    a, b = codec.spectrum(first), codec.spectrum(last)
+    pa = _power(a)
+    ids, slots = _span_ids(spans, pa)
+    energy = lambda p: _span_sums(p, ids, slots).sum(-1, keepdim=True)  # noqa: E731  (B, slots + 1, 1)
+    to_first = lambda z: z * _per_frame((energy(pa) / energy(_power(z)).clamp_min(_TINY)).sqrt(), ids, slots)  # noqa: E731
+    return codec.latents(to_first(share * a + (1.0 - share) * to_first(b))).to(last.dtype)
 
 
 # ---------------------------------------------------------------- on the output file

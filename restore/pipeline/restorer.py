@@ -304,10 +304,16 @@ class Restorer:
         skip = self.skip.bind(obs) if self.skip is not None else None
         lin = post_mod.linear_estimate(skip, start, cfg) if post.strength != 1.0 else None
         latents, evaluations = None, schedule.evaluations
-        for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip, source):
+        kept: list[torch.Tensor] = []  # the first step's estimate, where it is mixed into the output
+        keep = kept.append if cfg.mix_first > 0 and evaluations > 1 and schedule.times[0] >= 1.0 else None
+        for i, latents in generate_latents(self.engine, start, cfg, noise, self.plan.device, skip, source, keep):
             if progress:
                 progress(Progress(str(first.job.input), first.index, first.job.count, i, evaluations))
-        return post_mod.finish(self.codec, post, obs, latents, lin, spans, cutoffs)
+        out = post_mod.finish(self.codec, post, obs, latents, lin, spans, cutoffs)
+        if kept:
+            one = post_mod.finish(self.codec, post, obs, kept[0], lin, spans, cutoffs)
+            out = post_mod.mix(self.codec, one, out, cfg.mix_first, spans)
+        return out
 
     def _split(self, handle, batch: list[Window], offsets: list[int]) -> tuple[list[Window], list[np.ndarray]]:
         """A batch's restored audio, the copies at each grid offset averaged (windows.unspin), cut into
