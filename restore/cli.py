@@ -45,7 +45,7 @@ def _version(value: bool) -> None:
 def restore(
     input: Annotated[Path, typer.Argument(help="Audio file or folder of audio files.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file, or folder for a folder input. Default: beside the input, with '.restored' (file) or '_restored' (folder) added.")] = None,
-    sampler: Annotated[Sampler, typer.Option(help="The model's quality (pro) or speed (flash) preset from its config.json; the shipped model restores in one unguided step for both, pro at two offsets of the frame grid, averaged (better on every score measured; half the speed).")] = Sampler("pro"),
+    sampler: Annotated[Sampler, typer.Option(help="The model's quality (pro) or speed (flash) preset from its config.json. The shipped model: flash is one unguided step; pro takes eight stochastic steps anchored on that first step, mixes the first step's restoration back in half and half, at two offsets of the frame grid, averaged (less background and better OVRL; an eighth of the speed of its one step; --steps 1 gives its one step at two offsets).")] = Sampler("pro"),
     steps: Annotated[Optional[int], typer.Option(help="Sampler steps (default: the model's setting for the sampler, else the preset's).")] = None,
     guidance: Annotated[Optional[float], typer.Option(help="Guidance weight for conditions and transcript (1 = none).")] = None,
     strength: Annotated[Optional[float], typer.Option(help="How much of the model's correction to apply on top of its gentle linear estimate, 0-2 (default: the model's setting, else 1).")] = None,
