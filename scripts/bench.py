@@ -63,9 +63,13 @@ def child(cfg: dict) -> dict:
     restorer = Restorer(cfg["model"], plan=plan, trace=True)
     load = time.perf_counter() - t0
     out = Path(cfg["tmp"]) / f"out_{os.getpid()}.wav"
-    # the preset's step count, not the model's own setting: the figures measure engines, comparable across models
-    steps = SamplerConfig.preset(cfg["sampler"]).steps
-    kw = dict(sampler=cfg["sampler"], steps=steps, seed=0, overwrite=True, transcript=cfg.get("transcript"))
+    # "preset": the preset's step count, comparable across models (the figures measure engines); "model": the
+    # model's own sampler as a user runs it (its steps, grid offsets and mix)
+    own = cfg.get("steps") == "model"
+    steps = restorer.files.samplers.get(cfg["sampler"], {}).get("steps") if own else None
+    steps = steps or SamplerConfig.preset(cfg["sampler"]).steps
+    kw = dict(sampler=cfg["sampler"], steps=None if own else steps, seed=0, overwrite=True,
+              transcript=cfg.get("transcript"))
     cold = restorer.restore_file(cfg["input"], out, **kw)
     restorer.tracer.events.clear()
     warm = restorer.restore_file(cfg["input"], out, **kw)
@@ -79,7 +83,7 @@ def child(cfg: dict) -> dict:
             spans[key] = spans.get(key, 0.0) + e["dur"] / 1e6
     restorer.close()
     result = {**{k: cfg[k] for k in ("plan", "sampler", "batch_branches", "device")}, "compile": cfg.get("compile", "off"),
-              "audio_s": warm.seconds_audio, "load_s": load, "cold_s": load + cold.seconds_wall,
+              "sampler_source": "model" if own else "preset", "audio_s": warm.seconds_audio, "load_s": load, "cold_s": load + cold.seconds_wall,
               "warm_s": warm.seconds_wall, "rtf_cold": warm.seconds_audio / (load + cold.seconds_wall),
               "rtf_warm": warm.seconds_audio / warm.seconds_wall, "breakdown_s": spans,
               "share": getattr(restorer.engine, "share", None),
@@ -198,11 +202,12 @@ def write_outputs(results: list[dict], out: Path, meta: dict) -> None:
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     lines = [f"# Benchmark: {meta['machine']}", "", f"`{meta['command']}` on {meta['date']}; "
              f"{meta['audio_s']:.0f} s recording; realtime factor = audio s / wall s (higher is faster).", "",
-             "| plan | sampler | branches | compile | RTF warm | RTF cold | load s | sampling s | step ms | MLP share | encode s | decode s | read s | write s | peak RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| plan | sampler | steps | branches | compile | RTF warm | RTF cold | load s | sampling s | step ms | MLP share | encode s | decode s | read s | write s | peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         b = r["breakdown_s"]
-        lines.append(f"| {r['plan']} | {r['sampler']} | {'batched' if r['batch_branches'] else 'one by one'} | "
+        own = " (the model's own)" if r.get("sampler_source") == "model" else ""
+        lines.append(f"| {r['plan']} | {r['sampler']} | {r['steps']}{own} | {'batched' if r['batch_branches'] else 'one by one'} | "
                      f"{r.get('compile', 'off')} | "
                      f"{r['rtf_warm']:.2f}x | {r['rtf_cold']:.2f}x | {r['load_s']:.1f} | {b.get('sampling', 0):.1f} | "
                      f"{r.get('step_ms', 0):.1f} | {'—' if r.get('share') is None else format(r['share'], '.2f')} | "
@@ -237,6 +242,8 @@ def main() -> None:
     ap.add_argument("--model", default=str(ROOT / "assets" / "model"))
     ap.add_argument("--seconds", type=float, default=180.0)
     ap.add_argument("--baselines", action="store_true", help="also run guided steps unbatched (one forward per branch)")
+    ap.add_argument("--steps", choices=("preset", "model"), default="preset", help="engine section: the presets' "
+                    "step counts (comparable across models), or the model's own samplers as a restore runs them")
     ap.add_argument("--mlp-share", type=float, default=None, help="split plan: fixed share (default: sweep)")
     ap.add_argument("--compile", default="off", help="also run each cpu/cuda configuration compiled in this mode "
                     "(default, cuda-graphs), next to the eager one")
@@ -294,7 +301,7 @@ def engine(args, tmp: Path, machine: str, command: str) -> None:
                                                       else [True]) for c in compiles]:
                 cfg = {"plan": plan, "sampler": sampler, "batch_branches": batched, "device": args.device,
                        "model": args.model, "input": str(rec), "tmp": str(tmp), "mlp_share": args.mlp_share,
-                       "compile": compile}
+                       "compile": compile, "steps": args.steps}
                 r = run_child(cfg, f"{plan} {sampler} {'batched' if batched else 'unbatched'} compile={compile}")
                 print(f"  warm {r['rtf_warm']:.2f}x realtime, cold {r['rtf_cold']:.2f}x, "
                       f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
